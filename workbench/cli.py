@@ -1,0 +1,213 @@
+"""``workbench``: the command line. It parses, calls the library and prints; no logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import IO, NoReturn
+
+from workbench.boundary import Boundary, BoundaryError, find_boundary
+from workbench.cases import COMPONENTS, TABLE_COMPONENTS, CaseError, TableCase, parse_case, parse_component
+from workbench.device import DEVICE_CHOICES, resolve_device
+from workbench.outcome import Outcome, ProbeResult
+from workbench.probe import probe
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """Input the command cannot run; printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, no usage block
+        raise BadInput(message)
+
+
+# ---- case flags --------------------------------------------------------------------------------
+
+_INT_FLAGS = ("context_len", "page_size", "draft_tokens", "step_id", "spec_steps", "spec_topk",
+              "max_bs", "accept_len")
+_LIST_FLAGS = ("seq_lens", "last_loc", "free_pages", "parked_pages")
+_STR_FLAGS = ("rule", "mode", "width_gen", "replay", "gather")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers (write 5,10,7)") from None
+
+
+def _add_case_flags(parser: argparse.ArgumentParser, *, with_seq_lens: bool) -> None:
+    parser.add_argument("component", nargs="?", choices=COMPONENTS, help="the component of a single case")
+    parser.add_argument("--cases", metavar="FILE", help="JSON lines of cases ('-' = stdin)")
+    parser.add_argument("--json", action="store_true", help="print the result as a JSON object")
+    for name in _INT_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
+    for name in _STR_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name)
+    lists = _LIST_FLAGS if with_seq_lens else tuple(f for f in _LIST_FLAGS if f != "seq_lens")
+    for name in lists:
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=_int_list)
+    parser.add_argument("--no-draft-kv", dest="draft_has_kv", action="store_false", default=None,
+                        help="the drafter keeps no KV cache (NGRAM)")
+    parser.add_argument("--hybrid-swa", dest="hybrid_swa", action="store_true", default=None)
+    if not with_seq_lens:
+        parser.add_argument("--max-seq-len", dest="max_seq_len", type=int)
+
+
+def _case_from_flags(args: argparse.Namespace) -> dict[str, object]:
+    names = (*_INT_FLAGS, *_LIST_FLAGS, *_STR_FLAGS, "draft_has_kv", "hybrid_swa", "max_seq_len")
+    data: dict[str, object] = {"component": args.component}
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            data[name] = value
+    return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="workbench", description="Graph-captured KV metadata: probes and boundaries.")
+    parser.add_argument("--device", default="cpu", choices=DEVICE_CHOICES,
+                        help="where tensors live (default cpu; auto = npu, then cuda, then cpu)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    probe_parser = sub.add_parser("probe", help="execute one engine step per case and classify it")
+    _add_case_flags(probe_parser, with_seq_lens=True)
+    boundary_parser = sub.add_parser("boundary", help="the smallest committed length whose step fails")
+    _add_case_flags(boundary_parser, with_seq_lens=False)
+    report = sub.add_parser("report", help="the main job: seed cases and their boundaries")
+    report.add_argument("--out", default="reports", help="output folder (default reports/)")
+    return parser
+
+
+# ---- results -----------------------------------------------------------------------------------
+
+
+def probe_record(data: object, device: str) -> dict[str, object]:
+    """One ``probe --cases`` result; a bad case becomes ``outcome: invalid``."""
+    try:
+        case = parse_case(data)
+    except CaseError as err:
+        return {"outcome": Outcome.INVALID.value, "error": str(err)}
+    return probe(case, device).to_dict(case.component)
+
+
+def boundary_record(data: object, device: str) -> dict[str, object]:
+    try:
+        if isinstance(data, dict) and parse_component(data) not in TABLE_COMPONENTS:
+            raise CaseError("component: boundaries are searched for npu-block-table and dsa-page-table")
+        case = parse_case(_without(data, "max_seq_len"), need_seq_lens=False)
+        assert isinstance(case, TableCase)
+        if case.seq_lens:
+            raise CaseError("seq_lens: not a boundary field (the search chooses the committed length)")
+        max_seq_len = data.get("max_seq_len") if isinstance(data, dict) else None
+        if max_seq_len is not None and (isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int)):
+            raise CaseError(f"max_seq_len: {max_seq_len!r} is not an integer")
+        boundary = find_boundary(case, max_seq_len=max_seq_len, device=device)
+    except (CaseError, BoundaryError) as err:
+        return {"outcome": Outcome.INVALID.value, "error": str(err), "first_failing_seq_len": None}
+    return boundary_to_dict(boundary)
+
+
+def _without(data: object, key: str) -> object:
+    return {k: v for k, v in data.items() if k != key} if isinstance(data, dict) else data
+
+
+def boundary_to_dict(boundary: Boundary) -> dict[str, object]:
+    step: ProbeResult | None = boundary.failing or boundary.passing
+    return {
+        "first_failing_seq_len": boundary.first_failing_seq_len,
+        "max_seq_len": boundary.max_seq_len,
+        "outcome": boundary.failing.outcome.value if boundary.failing else Outcome.OK.value,
+        "error": boundary.failing.error if boundary.failing else None,
+        "confirmed": boundary.confirmed,
+        "buffer_width": step.buffer_width if step else None,
+        "request_table_width": step.request_table_width if step else None,
+        "probes_run": boundary.probes_run,
+    }
+
+
+def _read_cases(path: str) -> Iterator[object]:
+    """Each line as parsed JSON, or a CaseError naming the line."""
+    stream: IO[str] = sys.stdin if path == "-" else _open(path)
+    with stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                yield CaseError(f"line {number}: not JSON ({err.msg})")
+
+
+def _open(path: str) -> IO[str]:
+    try:
+        return open(path, encoding="utf-8")
+    except OSError as err:
+        raise BadInput(f"--cases: cannot read {path!r} ({err.strerror})") from None
+
+
+def _readable(record: dict[str, object]) -> str:
+    fields = [f"{k}={v}" for k, v in record.items() if k not in ("outcome", "error") and v is not None]
+    error = record.get("error")
+    return f"{record['outcome']}: {' '.join(fields)}" + (f"\n  {error}" if error else "")
+
+
+def _run_cases(path: str, run: object, device: str, out: IO[str]) -> None:
+    assert callable(run)
+    for data in _read_cases(path):
+        if isinstance(data, CaseError):
+            record: dict[str, object] = {"outcome": Outcome.INVALID.value, "error": str(data)}
+        else:
+            record = run(data, device)
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+
+def _run_single(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    if args.component is None:
+        raise BadInput("give a component (npu-block-table, dsa-page-table, allocator) or --cases FILE")
+    data = _case_from_flags(args)
+    if args.command == "probe":
+        try:
+            parse_case(data)
+        except CaseError as err:
+            raise BadInput(str(err)) from None
+        record = probe_record(data, device)
+    else:
+        record = boundary_record(data, device)
+        if record["outcome"] == Outcome.INVALID.value:
+            raise BadInput(str(record["error"]))
+    out.write((json.dumps(record) if args.json else _readable(record)) + "\n")
+
+
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        args = build_parser().parse_args(argv)
+        device = str(resolve_device(args.device))
+        if args.command == "report":
+            from workbench.report import run_report
+
+            run_report(args.out, device, out)
+        elif args.cases is not None:
+            if args.component is not None:
+                raise BadInput("give either a component with flags or --cases FILE, not both")
+            run = probe_record if args.command == "probe" else boundary_record
+            _run_cases(args.cases, run, device, out)
+        else:
+            _run_single(args, device, out)
+    except (BadInput, ValueError) as err:
+        print(f"workbench: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("workbench: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

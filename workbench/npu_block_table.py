@@ -1,0 +1,106 @@
+"""The Ascend NPU backend's graph-mode block tables (spec section 2).
+
+``init_cuda_graph_state`` sizes ``block_tables`` (and, for hybrid sliding-window models,
+``block_tables_swa``) once; every replay rebuilds the page ids of the batch from the request table
+and ``copy_``s them in. The replay is the same before and after the fix: only the width changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from workbench.geometry import Mode, ServingGeometry, cdiv
+from workbench.rules import NPU_BLOCK_TABLE_RULES, check_rule
+
+PAD_PAGE = 0  # columns past a request's pages, and padded rows, hold page 0
+
+
+def lockstep_full_to_swa(num_pages: int, page_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``full_to_swa``: (num_pages + 1) * ps + 1 int64, full-pool slot -> SWA-pool slot.
+
+    The two pools are allocated in lockstep, page for page, so the map keeps offsets within a page.
+    The workbench numbers SWA pages in reverse (full page k -> SWA page num_pages + 1 - k) so a
+    replay that read the wrong map would show. Page 0 maps to 0; the trailing entry is -1.
+    """
+    full_page = torch.arange(num_pages + 1, dtype=torch.int64, device=device)
+    swa_page = torch.where(full_page == 0, full_page, num_pages + 1 - full_page)
+    offsets = torch.arange(page_size, dtype=torch.int64, device=device)
+    slots = (swa_page[:, None] * page_size + offsets[None, :]).reshape(-1)
+    return torch.cat((slots, torch.tensor([-1], dtype=torch.int64, device=device)))
+
+
+@dataclass
+class NpuBlockTables:
+    """The static buffers one captured graph reads."""
+
+    block_tables: torch.Tensor  # (rows, B) int32, B in pages
+    block_tables_swa: torch.Tensor | None  # (rows, B) int32, hybrid SWA models only
+    page_size: int
+
+    @classmethod
+    def allocate(
+        cls,
+        geometry: ServingGeometry,
+        rule: str,
+        *,
+        rows: int | None = None,
+        hybrid_swa: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> NpuBlockTables:
+        """Buffers as ``init_cuda_graph_state`` makes them: ``rows`` defaults to ``max_bs``.
+
+        A probe passes the batch size instead: whether a copy fails depends on widths only.
+        """
+        width = NPU_BLOCK_TABLE_RULES[check_rule(rule)](geometry)
+        shape = (rows if rows is not None else geometry.max_bs, width)
+        swa = torch.zeros(shape, dtype=torch.int32, device=device) if hybrid_swa else None
+        return cls(torch.zeros(shape, dtype=torch.int32, device=device), swa, geometry.page_size)
+
+    @property
+    def width_pages(self) -> int:
+        return self.block_tables.shape[1]
+
+    def replay(
+        self,
+        req_to_token: torch.Tensor,
+        rows: Sequence[int],
+        seq_lens_cpu: Sequence[int],
+        mode: Mode,
+        *,
+        draft_tokens: int = 0,
+        step_id: int = 0,
+        full_to_swa: torch.Tensor | None = None,
+    ) -> int:
+        """Fill the tables for one step and return ``max_len``, the tokens the step reads.
+
+        Worked example (the seed): ctx 32768, ps 128, D 16, ``context`` rule, so B = 256 pages.
+        A verify at s = 32753 reads max_len = 32769 tokens, P = cdiv(32769, 128) = 257 pages:
+        the destination ``block_tables[:1, :257]`` clamps to 256 columns, the source has 257.
+        """
+        bs = len(rows)
+        ps = self.page_size
+        max_len = max(seq_lens_cpu[:bs])
+        if mode is Mode.TARGET_VERIFY:
+            max_len += draft_tokens
+        elif mode is Mode.DRAFT_DECODE:
+            max_len += step_id + 1
+        num_pages = cdiv(max_len, ps)
+        index = torch.as_tensor(list(rows), dtype=torch.int64, device=req_to_token.device)
+        if self.block_tables_swa is not None:  # the engine fills the SWA table first
+            if full_to_swa is None:
+                raise ValueError("full_to_swa: required when the model is hybrid SWA")
+            swa_src = full_to_swa[req_to_token[index, 0:max_len:ps].long()] // ps
+            _fill(self.block_tables_swa, bs, num_pages, swa_src)
+        # (bs, cdiv(min(max_len, W), ps)): the first slot of every page, as a page id
+        src = req_to_token[index, :max_len][:, ::ps] // ps
+        _fill(self.block_tables, bs, num_pages, src)
+        return max_len
+
+
+def _fill(table: torch.Tensor, bs: int, num_pages: int, src: torch.Tensor) -> None:
+    table[:bs, :num_pages].copy_(src)  # raises when the clamped destination is narrower
+    table[:bs, num_pages:] = PAD_PAGE
+    table[bs:, :] = PAD_PAGE

@@ -1,0 +1,52 @@
+"""What one executed engine step came to (spec section 5)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+
+
+class Outcome(str, enum.Enum):
+    OK = "ok"  # metadata written, every read inside it
+    SHAPE_ERROR = "shape-error"  # a copy_ raised torch's broadcast error
+    INDEX_ERROR = "index-error"  # a gather read past its tensor
+    SILENT_OVERREAD = "silent-overread"  # nothing raised, but a kernel reads past a row or list
+    OUT_OF_MEMORY = "out-of-memory"  # the allocator returned None, as designed
+    INVALID = "invalid"  # not a state the engine can be in
+
+    @property
+    def failed(self) -> bool:
+        """True for the outcomes a correct engine must never produce."""
+        return self in FAILURES
+
+
+FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD})
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One step's outcome; ``error`` is torch's exact message or the workbench's own words."""
+
+    outcome: Outcome
+    error: str | None = None
+    buffer_width: int | None = None  # pages for the NPU block table, tokens for the DSA page table
+    request_table_width: int | None = None  # W
+    reads: int | None = None  # tokens the step reads for its longest request
+    out_cache_loc: list[int] | None = None
+    free_pages_after: list[int] | None = None
+    device: str = "cpu"
+    path: str = "eager"  # "graph" where a captured graph was replayed
+
+    def to_dict(self, component: str) -> dict[str, object]:
+        """The JSON shape of ``workbench probe``: table fields or allocator fields, not both."""
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        drop = ("out_cache_loc", "free_pages_after") if component != "allocator" else (
+            "buffer_width", "request_table_width", "reads")
+        for key in drop:
+            data.pop(key)
+        return data
+
+
+def invalid(reason: str) -> ProbeResult:
+    return ProbeResult(Outcome.INVALID, reason)

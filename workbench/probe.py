@@ -1,0 +1,189 @@
+"""Execute one engine step on real tensors and say what it came to.
+
+A probe builds the state the engine would be in (a request table filled from a real allocator,
+buffers sized by the rule), runs the replay or the allocation exactly as the engine does, and
+classifies what happened. Errors are torch's own: a failed ``copy_`` is a shape error, a gather
+past its tensor an index error. What torch cannot see (a kernel reading past a truncated row, a
+kernel reading past the free list) is checked afterwards and reported as a silent over-read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.allocator import PagedAllocator, pages_needed_for_decode
+from workbench.cases import AllocatorCase, Case, TableCase
+from workbench.dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.geometry import Mode
+from workbench.npu_block_table import NpuBlockTables, lockstep_full_to_swa
+from workbench.outcome import Outcome, ProbeResult, invalid
+from workbench.request_table import RequestTable
+from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES
+
+
+def probe(case: Case, device: torch.device | str = "cpu") -> ProbeResult:
+    if isinstance(case, AllocatorCase):
+        return probe_allocator(case, device)
+    return probe_table(case, device)
+
+
+# ---- tables ------------------------------------------------------------------------------------
+
+
+def table_case_problem(case: TableCase) -> str | None:
+    """Why ``case`` is not a state the engine can replay, or None."""
+    g, mode = case.geometry, case.mode
+    reason = g.invalid_mode_reason(mode, case.step_id)
+    if reason:
+        return reason
+    if case.component == "dsa-page-table" and mode is Mode.DRAFT_DECODE:
+        return "draft-decode: the DSA replay has no such mode (decode, target-verify, draft-extend)"
+    if not case.seq_lens:
+        return "seq_lens: empty (a batch has at least one request)"
+    bound = g.max_committed_len(mode, case.step_id)
+    for s in case.seq_lens:
+        if s < 1:
+            return f"seq_lens: {s} is below 1 (a committed length counts at least one token)"
+        if s > bound:
+            return f"seq_lens: {s} is past the largest committed length the request table holds in {mode.value} ({bound})"
+    if len(case.seq_lens) > g.max_bs:
+        return f"seq_lens: {len(case.seq_lens)} requests exceed the captured max_bs ({g.max_bs})"
+    return None
+
+
+def step_reads(case: TableCase, seq_len: int) -> int:
+    """Tokens one request's kernel reads in this step: its committed length plus the lookahead."""
+    if case.component == "dsa-page-table" and case.mode is not Mode.TARGET_VERIFY:
+        return seq_len
+    return seq_len + case.geometry.lookahead(case.mode, case.step_id)
+
+
+def probe_table(case: TableCase, device: torch.device | str = "cpu") -> ProbeResult:
+    problem = table_case_problem(case)
+    if problem:
+        return invalid(problem)
+    g = case.geometry
+    width = g.request_table_width
+    reads = [step_reads(case, s) for s in case.seq_lens]
+    # Each request holds slots for every position the step touches (verify writes its D drafts).
+    table = RequestTable.with_requests([min(r, width) for r in reads], width, g.page_size, device)
+    rows = list(range(1, len(case.seq_lens) + 1))
+    try:
+        if case.component == "npu-block-table":
+            buffer_width, capacity = _replay_npu(case, table, rows, device)
+        else:
+            buffer_width, capacity = _replay_dsa(case, table, rows, device)
+    except RuntimeError as err:
+        return _result(case, Outcome.SHAPE_ERROR, str(err), _buffer_width(case), max(reads), device)
+    except IndexError as err:
+        return _result(case, Outcome.INDEX_ERROR, str(err), _buffer_width(case), max(reads), device)
+    over = [(i, r) for i, r in enumerate(reads) if r > capacity]
+    if over:
+        row, r = over[0]
+        name = "block_tables" if case.component == "npu-block-table" else "page_table"
+        message = (
+            f"silent over-read: request {row} reads {r} tokens but its {name} row covers {capacity}"
+        )
+        return _result(case, Outcome.SILENT_OVERREAD, message, buffer_width, max(reads), device)
+    return _result(case, Outcome.OK, None, buffer_width, max(reads), device)
+
+
+def _buffer_width(case: TableCase) -> int:
+    rules = NPU_BLOCK_TABLE_RULES if case.component == "npu-block-table" else DSA_PAGE_TABLE_RULES
+    return rules[case.rule](case.geometry)
+
+
+def _replay_npu(case: TableCase, table: RequestTable, rows: list[int], device: torch.device | str) -> tuple[int, int]:
+    """Replay; returns the width in pages and the tokens a row of it covers."""
+    g = case.geometry
+    buffers = NpuBlockTables.allocate(g, case.rule, rows=len(rows), hybrid_swa=case.hybrid_swa, device=device)
+    full_to_swa = None
+    if case.hybrid_swa:
+        full_to_swa = lockstep_full_to_swa(table.allocator.num_pages, g.page_size, device)
+    buffers.replay(
+        table.req_to_token, rows, list(case.seq_lens), case.mode,
+        draft_tokens=g.draft_tokens, step_id=case.step_id, full_to_swa=full_to_swa,
+    )
+    return buffers.width_pages, buffers.width_pages * g.page_size
+
+
+def _replay_dsa(case: TableCase, table: RequestTable, rows: list[int], device: torch.device | str) -> tuple[int, int]:
+    """Replay; returns the width in tokens, which is also what a row covers."""
+    g = case.geometry
+    num_rows = len(rows) * tokens_per_request(g, case.mode, case.accept_len)
+    buffers = DsaPageTable.allocate(g, case.rule, rows=num_rows, device=device)
+    buffers.replay(
+        table.req_to_token, rows, list(case.seq_lens), case.mode,
+        draft_tokens=g.draft_tokens, accept_len=case.accept_len, replay=case.replay,
+    )
+    # The kernels read page ids through the page-level table: cdiv(B, ps) pages of ps tokens
+    # cover more than B tokens, but only the first B were copied from the request table.
+    return buffers.width_tokens, buffers.width_tokens
+
+
+def _result(
+    case: TableCase, outcome: Outcome, error: str | None, width: int, reads: int, device: torch.device | str
+) -> ProbeResult:
+    return ProbeResult(
+        outcome, error, buffer_width=width, request_table_width=case.geometry.request_table_width,
+        reads=reads, device=str(torch.device(device)),
+    )
+
+
+# ---- allocator ---------------------------------------------------------------------------------
+
+
+def allocator_case_problem(case: AllocatorCase) -> str | None:
+    """Why ``case`` is not a state the allocator can be in, or None."""
+    ps = case.page_size
+    if len(case.seq_lens) != len(case.last_loc):
+        return f"last_loc: {len(case.last_loc)} entries for {len(case.seq_lens)} seq_lens"
+    for s, loc in zip(case.seq_lens, case.last_loc):
+        if s < 2:
+            return f"seq_lens: {s} is below 2 (a decoding request has a token before the new one)"
+        if loc < 0:
+            return f"last_loc: {loc} is negative (it is the slot of the request's last token)"
+        if (loc + 2) % ps != s % ps:
+            return (
+                f"last_loc: {loc} is inconsistent with seq_lens {s} at page size {ps} "
+                f"(the engine's check (last_loc + 2) % ps == seq_lens % ps fails)"
+            )
+        if loc < ps:
+            return f"last_loc: {loc} lies in the reserved page 0"
+    listed = list(case.free_pages) + list(case.parked_pages)
+    if any(p < 1 for p in listed):
+        return f"free_pages: page {min(listed)} is not a page id (page 0 is reserved; ids start at 1)"
+    if len(set(listed)) != len(listed):
+        return "free_pages: a page is listed twice (free and parked pages must be distinct)"
+    held = {loc // ps for loc in case.last_loc}
+    both = sorted(held & set(listed))
+    if both:
+        return f"free_pages: page {both[0]} is listed free but holds a request's last token"
+    return None
+
+
+def probe_allocator(case: AllocatorCase, device: torch.device | str = "cpu") -> ProbeResult:
+    problem = allocator_case_problem(case)
+    if problem:
+        return invalid(problem)
+    ps = case.page_size
+    top = max([*case.free_pages, *case.parked_pages, *(loc // ps for loc in case.last_loc)])
+    alloc = PagedAllocator.from_free_list(ps, case.free_pages, num_pages=top, device=device)
+    if case.parked_pages:
+        alloc.need_sort = True
+        alloc.release_pages = torch.as_tensor(case.parked_pages, dtype=torch.int64, device=alloc.device)
+        alloc.owned_pages[alloc.release_pages] = False
+    dev = str(alloc.device)
+    try:
+        out = alloc.alloc_decode(list(case.seq_lens), list(case.last_loc), case.gather)
+    except IndexError as err:
+        return ProbeResult(Outcome.INDEX_ERROR, str(err), device=dev)
+    after = alloc.free_pages.tolist()
+    if alloc.overreads:
+        return ProbeResult(Outcome.SILENT_OVERREAD, alloc.overreads[0], free_pages_after=after, device=dev)
+    if out is None:
+        need = pages_needed_for_decode(case.seq_lens, ps)
+        message = f"alloc_decode returned None: {need} new pages needed, {len(after)} free after merging"
+        return ProbeResult(Outcome.OUT_OF_MEMORY, message, free_pages_after=after, device=dev)
+    return ProbeResult(Outcome.OK, None, out_cache_loc=out.tolist(), free_pages_after=after, device=dev)
+
