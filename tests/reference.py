@@ -73,3 +73,40 @@ def alloc_extend(ps: int, prefix: int, seq: int, last_loc: int, free_pages: list
                 new_page_index += 1
             out.append(free_pages[new_page_index - 1] * ps + pos % ps)
     return out
+
+
+def copy_error(dst_cols: int, src_cols: int, rows: int) -> str:
+    """torch's text for ``dst.copy_(src)`` when only the column counts differ."""
+    if dst_cols == 1:  # a one-column destination could broadcast; torch words it differently
+        return f"output with shape [{rows}, 1] doesn't match the broadcast shape [{rows}, {src_cols}]"
+    return f"The size of tensor a ({dst_cols}) must match the size of tensor b ({src_cols}) at non-singleton dimension 1"
+
+
+def predict_table_probe(component: str, rule: str, ctx: int, ps: int, d: int, w: int, mode: str, seq_lens: list[int],
+                        step_id: int = 0, replay: str = "dynamic", accept_len: int = 1) -> tuple[str, str | None]:
+    """(outcome, message) of one valid table step, from the spec's replay pseudocode."""
+    bs = len(seq_lens)
+    if component == "npu-block-table":
+        look = {"target-verify": d, "draft-decode": step_id + 1}.get(mode, 0)
+        b = npu_width_pages(rule, ctx, ps, d, w)
+        pages = ceil_div(max(seq_lens) + look, ps)
+        src = ceil_div(min(max(seq_lens) + look, w), ps)
+        dst = min(pages, b)
+        if dst != src:
+            return "shape-error", copy_error(dst, src, bs)
+        for i, s in enumerate(seq_lens):
+            if ceil_div(s + look, ps) > b:
+                message = f"silent over-read: request {i} reads {s + look} tokens but its block_tables row covers {b * ps}"
+                return "silent-overread", message
+        return "ok", None
+    look = d if mode == "target-verify" else 0
+    b = dsa_width_tokens(rule, ctx, d, w)
+    rows = bs * {"target-verify": d, "draft-extend": accept_len}.get(mode, 1)
+    lk = b if replay == "static" else max(seq_lens) + look
+    dst, src = min(lk, b), min(lk, w)
+    if dst != src:
+        return "shape-error", copy_error(dst, src, rows)
+    for i, s in enumerate(seq_lens):
+        if s + look > b:
+            return "silent-overread", f"silent over-read: request {i} reads {s + look} tokens but its page_table row covers {b}"
+    return "ok", None

@@ -191,3 +191,35 @@ def test_states_the_engine_cannot_be_in_are_invalid(data: dict, reason: str) -> 
     result = probe_table(_case(**data))
     assert result.outcome is Outcome.INVALID
     assert result.error is not None and reason in result.error
+
+
+def test_fresh_pool_table_equals_the_allocator_filled_table() -> None:
+    for ps in (1, 4, 64):
+        lengths = [37, 100, 5, 64]
+        filled = RequestTable.with_requests(lengths, 300, ps).req_to_token
+        assert torch.equal(RequestTable.fresh_pool(lengths, 300, ps), filled)
+
+
+def test_narrow_dsa_replay_gives_the_full_replays_outcome_and_message() -> None:
+    g = ServingGeometry(context_len=200, page_size=4, draft_tokens=5)
+    req_to_token = RequestTable.fresh_pool([205], g.request_table_width, 4)
+    messages = []
+    for query_rows in (None, 1):
+        rows = 5 if query_rows is None else 1
+        buffers = DsaPageTable.allocate(g, "context", rows=rows)
+        with pytest.raises(RuntimeError) as err:
+            buffers.replay(req_to_token, [1], [200], Mode.TARGET_VERIFY, draft_tokens=5, query_rows=query_rows)
+        messages.append(str(err.value))
+    expected = "The size of tensor a (200) must match the size of tensor b (205) at non-singleton dimension 1"
+    assert messages[0] == messages[1] == expected
+
+
+@pytest.mark.parametrize("case", _grid()[::7], ids=lambda c: f"{c.component}-{c.rule}-{c.mode.value}-{c.geometry.page_size}")
+def test_fast_and_step_by_step_searches_agree_with_bisection(case: TableCase) -> None:
+    from workbench.boundary import fast_boundary, step_by_step_boundary
+
+    bisected = find_boundary(case)
+    fast = fast_boundary(case)
+    assert fast.confirmed
+    assert fast.first_failing_seq_len == bisected.first_failing_seq_len
+    assert step_by_step_boundary(case) == bisected.first_failing_seq_len

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy.typing as npt
 import torch
 
 from workbench.cases import TableCase
@@ -83,3 +84,69 @@ def find_boundary(
         else:
             lo, lo_result = mid, result
     return Boundary(hi, search_bound(case, max_seq_len), hi_result, lo_result, runs)
+
+
+class PredictionMismatch(AssertionError):
+    """Execution disagreed with the closed form: a modelling bug, never a result."""
+
+
+def predict_boundary(case: TableCase, max_seq_len: int | None = None) -> int | None:
+    """The closed form's first failing committed length for one case (None: nothing fails)."""
+    from workbench.closed_form import NO_FAILURE, first_failing_seq_len
+
+    g = case.geometry
+    columns: dict[str, npt.ArrayLike] = {
+        "component": [case.component], "rule": [case.rule], "mode": [case.mode.value], "width_gen": [g.width_gen],
+        "context_len": [g.context_len], "page_size": [g.page_size], "draft_tokens": [g.draft_tokens],
+        "spec_steps": [g.spec_steps], "spec_topk": [g.spec_topk], "draft_has_kv": [g.draft_has_kv],
+        "step_id": [case.step_id], "max_seq_len": [search_bound(case, max_seq_len)],
+    }
+    first = int(first_failing_seq_len(columns)["first_failing_seq_len"][0])
+    return None if first == NO_FAILURE else first
+
+
+def confirm_boundary(
+    case: TableCase, predicted: int | None, *, max_seq_len: int | None = None, device: torch.device | str = "cpu"
+) -> Boundary:
+    """Execute the predicted boundary and the step one below it (or the bound, when none is
+    predicted); raise ``PredictionMismatch`` when execution disagrees. Two probes, not ~log2(W)."""
+    hi = search_bound(case, max_seq_len)
+
+    def run(s: int) -> ProbeResult:
+        return probe_table(dataclasses.replace(case, seq_lens=(s,)), device)
+
+    if predicted is None:
+        top = run(hi)
+        if top.outcome.failed:
+            raise PredictionMismatch(f"predicted no failure up to {hi}, but the step at {hi} gave {top.outcome.value}")
+        return Boundary(None, hi, None, top, 1)
+    failing = run(predicted)
+    passing = run(predicted - 1) if predicted > 1 else None
+    boundary = Boundary(predicted, hi, failing, passing, 2 if passing else 1)
+    if not boundary.confirmed:
+        below = passing.outcome.value if passing else "-"
+        raise PredictionMismatch(
+            f"predicted first failure at {predicted}, but execution gave {failing.outcome.value} there and {below} below"
+        )
+    return boundary
+
+
+def fast_boundary(case: TableCase, *, max_seq_len: int | None = None, device: torch.device | str = "cpu") -> Boundary:
+    """The closed form's boundary, confirmed by execution (the sweep's default search)."""
+    problem = table_case_problem(dataclasses.replace(case, seq_lens=(1,)))
+    if problem:
+        raise BoundaryError(problem)
+    return confirm_boundary(case, predict_boundary(case, max_seq_len), max_seq_len=max_seq_len, device=device)
+
+
+def step_by_step_boundary(case: TableCase, *, device: torch.device | str = "cpu") -> int | None:
+    """The slow reference search: execute every committed length from ``ctx - D - 2 * ps`` up to
+    the bound until one fails. Lengths below the start are not executed: the benchmark compares
+    the two searches' cost on the window where boundaries live, and asserts equal answers."""
+    g = case.geometry
+    hi = search_bound(case)
+    start = max(1, g.context_len - g.draft_tokens - 2 * g.page_size)
+    for s in range(start, hi + 1):
+        if probe_table(dataclasses.replace(case, seq_lens=(s,)), device).outcome.failed:
+            return s
+    return None

@@ -86,8 +86,13 @@ class DsaPageTable:
         draft_tokens: int = 0,
         accept_len: int = 1,
         replay: Replay = Replay.DYNAMIC,
+        query_rows: int | None = None,
     ) -> int:
         """Fill the tables for one step and return ``Lk``, the columns the replay copied.
+
+        ``query_rows`` overrides the query rows per request (``D`` in verify, ``accept_len`` in
+        draft-extend): whether the copy fails, and torch's message, depend on the widths alone
+        unless the destination is one column wide, so a probe may replay narrow.
 
         Worked example (the seed): ctx 90000, D 6, G1 so W = 90010, ``context-plus-draft`` rule
         so B = 90006. A verify at s = 90001 has Lk = 90007: the destination
@@ -104,10 +109,11 @@ class DsaPageTable:
         if replay is Replay.STATIC:
             lk = self.width_tokens
         src = req_to_token[index, :lk]  # (bs, min(Lk, W))
-        if mode is Mode.TARGET_VERIFY:
-            src = torch.repeat_interleave(src, draft_tokens, dim=0)  # (bs * D, ...)
-        elif mode is Mode.DRAFT_EXTEND:
-            src = torch.repeat_interleave(src, accept_len, dim=0)  # (bs * accept_len, ...)
+        repeats = {Mode.TARGET_VERIFY: draft_tokens, Mode.DRAFT_EXTEND: accept_len}.get(mode, 1)
+        if query_rows is not None:  # a narrow probe: fewer query rows, same widths (see probe.py)
+            repeats = query_rows
+        if repeats != 1:
+            src = torch.repeat_interleave(src, repeats, dim=0)  # (bs * D, ...) in verify
         self.page_table[: src.shape[0], :lk].copy_(src)  # raises when the destination is narrower
         if self.real_page_table is not None:
             real = src[:, 0 :: self.page_size] // self.page_size

@@ -1,0 +1,103 @@
+"""The failure boundary as a formula, vectorized over whole grids of configurations.
+
+Execution (``workbench.boundary``) is the ground truth; this module predicts the same boundary
+with numpy arithmetic, no Python loop per configuration, so a sweep can screen a million
+configurations and then confirm each prediction by executing the step at it and one below it.
+
+For one request with committed length ``s`` and a mode that reads ``look`` tokens past it:
+
+    NPU block table   fails iff cdiv(s + look, ps) > B      ->  first s = B * ps - look + 1
+    DSA page table    fails iff s + look > B                ->  first s = B - look + 1
+
+(dynamic DSA raises a shape error; static DSA truncates silently: a silent over-read). The first
+failing length is clamped to 1 and is reported only when it is inside the searched bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+NO_FAILURE = -1  # first_failing_seq_len where no committed length up to the bound fails
+MODE_CODES = {"decode": 0, "target-verify": 1, "draft-decode": 2, "draft-extend": 3}
+RULE_CODES = {"context": 0, "context-plus-draft": 1, "req-to-token": 2}
+GEN_CODES = {"g1": 1, "g2": 2, "g3": 3}
+
+
+def _cdiv(a: IntArray, b: IntArray) -> IntArray:
+    return (a + b - 1) // b
+
+
+def request_table_width(
+    ctx: IntArray, ps: IntArray, d: IntArray, steps: IntArray, topk: IntArray, draft_kv: npt.NDArray[np.bool_],
+    gen: IntArray,
+) -> IntArray:
+    """``W`` for every configuration (spec section 1, generations g1-g3)."""
+    extra = 4 + d
+    simple = (ps == 1) | (topk == 1) | ~draft_kv
+    per_decode = np.where(simple, np.maximum(steps * topk, d), np.maximum(_cdiv(ps - 1 + steps, ps) * ps * topk, d))
+    reserve = 2 * per_decode
+    paged_spec = (d > 0) & (ps > 1)
+    extra = np.where(paged_spec & (gen == 2) & (topk > 1), np.maximum(extra, reserve), extra)
+    extra = np.where(paged_spec & (gen == 3), np.maximum(extra, reserve + ps - 1), extra)
+    return ctx + extra
+
+
+def table_width(npu: npt.NDArray[np.bool_], rule: IntArray, ctx: IntArray, ps: IntArray, d: IntArray,
+                w: IntArray) -> IntArray:
+    """``B``: pages for the NPU block table, tokens for the DSA page table."""
+    npu_b = np.select(
+        [rule == 0, rule == 1],
+        [_cdiv(ctx, ps), (ctx + ps - 1 + d) // ps],
+        np.maximum((ctx + ps - 1 + d) // ps, _cdiv(w, ps)),
+    )
+    dsa_b = np.select([rule == 0, rule == 1], [ctx, ctx + d], w)
+    return np.where(npu, npu_b, dsa_b)
+
+
+def max_committed_len(ctx: IntArray, d: IntArray, w: IntArray, mode: IntArray, step_id: IntArray) -> IntArray:
+    with_spec = np.select([mode == 1, mode == 2], [w - d, w - step_id - 1], w - 1)
+    return np.where(d > 0, with_spec, ctx - 1)
+
+
+def first_failing_seq_len(columns: Mapping[str, npt.ArrayLike]) -> dict[str, IntArray]:
+    """Predict, per configuration, ``W``, ``B``, the searched bound and the first failing length.
+
+    ``columns`` holds equal-length arrays: ``component`` ("npu-block-table" / "dsa-page-table"),
+    ``rule``, ``mode``, ``width_gen`` (strings) and ``context_len``, ``page_size``,
+    ``draft_tokens``, ``spec_steps``, ``spec_topk``, ``draft_has_kv``, ``step_id`` and optionally
+    ``max_seq_len`` (numbers). Returns int64 arrays; ``first_failing_seq_len`` is ``NO_FAILURE``
+    where nothing fails.
+    """
+    npu = np.asarray(columns["component"]) == "npu-block-table"
+    rule = _codes(columns["rule"], RULE_CODES)
+    mode = _codes(columns["mode"], MODE_CODES)
+    gen = _codes(columns["width_gen"], GEN_CODES)
+    ctx, ps, d = (np.asarray(columns[k], dtype=np.int64) for k in ("context_len", "page_size", "draft_tokens"))
+    steps, topk, step_id = (np.asarray(columns[k], dtype=np.int64) for k in ("spec_steps", "spec_topk", "step_id"))
+    draft_kv = np.asarray(columns["draft_has_kv"], dtype=bool)
+    w = request_table_width(ctx, ps, d, steps, topk, draft_kv, gen)
+    b = table_width(npu, rule, ctx, ps, d, w)
+    look = np.select([mode == 1, (mode == 2) & npu], [d, step_id + 1], 0)
+    bound = max_committed_len(ctx, d, w, mode, step_id)
+    if "max_seq_len" in columns:
+        bound = np.minimum(bound, np.asarray(columns["max_seq_len"], dtype=np.int64))
+    capacity_tokens = np.where(npu, b * ps, b)
+    first = np.maximum(capacity_tokens - look + 1, 1)
+    first = np.where(first <= bound, first, NO_FAILURE)
+    return {"request_table_width": w, "buffer_width": b, "max_seq_len": bound, "first_failing_seq_len": first}
+
+
+def _codes(values: npt.ArrayLike, table: Mapping[str, int]) -> IntArray:
+    array = np.asarray(values)
+    out = np.full(array.shape, -1, dtype=np.int64)
+    for name, code in table.items():
+        out[array == name] = code
+    if (out < 0).any():
+        bad = array[out < 0][0]
+        raise ValueError(f"{bad!r} is not one of {', '.join(table)}")
+    return out
