@@ -13,6 +13,7 @@ class Outcome(str, enum.Enum):
     SILENT_OVERREAD = "silent-overread"  # nothing raised, but a kernel reads past a row or list
     OUT_OF_MEMORY = "out-of-memory"  # the allocator returned None, as designed
     INVALID = "invalid"  # not a state the engine can be in
+    CRASHED = "crashed"  # an isolated probe's child died or hung; the error says how (not an engine verdict)
 
     @property
     def failed(self) -> bool:

@@ -1,0 +1,316 @@
+"""``workbench hardware-check``: a fixed suite whose results are data the project ships (issue #7, part 5).
+
+Three sections, one tidy frame, one parquet file per device:
+
+    seed         the seed cases before and after their fixes, through real graph replay on a
+                 device (allocator probes in a child process, since they can poison it)
+    memory       full-size graph buffers of every preset, rule and table, with the engine's true
+                 row counts: measured bytes (allocator statistics before and after allocation;
+                 ``untyped_storage().nbytes()`` on the CPU) next to the predicted bytes
+    replay-cost  the cost of one replay step per rule, dynamic and static: the metadata ``copy_``
+                 alone, and the copy plus the graph replay; the static replay copies the whole width
+
+The file is ``<folder>/<device kind>-<sanitized device name>.parquet``; every row carries the
+device name, driver, runtime and torch version. On the CPU the suite runs in eager mode.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pandas as pd  # type: ignore[import-untyped]
+import torch
+
+from workbench import __version__
+from workbench.cases import TABLE_COMPONENTS
+from workbench.device import DeviceInfo, accelerator_module, allocated_bytes, device_info, synchronize
+from workbench.dsa_page_table import DsaPageTable, Replay
+from workbench.geometry import Mode, ServingGeometry
+from workbench.graph import CapturedRead, median_seconds
+from workbench.isolation import isolated_probe
+from workbench.memory import ModelPreset, buffer_bytes, graph_tokens_per_request, load_presets
+from workbench.npu_block_table import NpuBlockTables
+from workbench.request_table import RequestTable
+from workbench.rules import RULE_NAMES
+from workbench.seeds import SEEDS
+
+DEFAULT_FOLDER = Path(__file__).resolve().parent.parent / "data" / "hardware"
+COLUMNS = (
+    "section", "name", "component", "rule", "replay", "mode", "fix", "outcome", "error", "path",
+    "batch", "seq_len", "rows", "width", "predicted_bytes", "measured_bytes", "storage_bytes", "measure_method",
+    "copy_us", "step_us", "repeats",
+    "device", "device_kind", "device_name", "driver", "runtime", "torch_version", "workbench_version", "recorded_at",
+)
+Row = dict[str, object]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingCase:
+    """A batch of ``batch`` requests, all at committed length ``seq_len``, replayed in ``mode``."""
+
+    name: str
+    component: str
+    geometry: ServingGeometry
+    seq_len: int
+    batch: int
+    mode: Mode = Mode.TARGET_VERIFY
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    presets: tuple[ModelPreset, ...]
+    timing: tuple[TimingCase, ...]
+    repeats: int
+    timeout_s: float = 120.0  # per isolated probe
+
+
+# GLM-5.2 as in the DSA seed (ctx 90000, EAGLE (5, 1, 6), ps 64) and QwQ-32B as in the NPU seed.
+_GLM_SEED = ServingGeometry(context_len=90000, page_size=64, draft_tokens=6, spec_steps=5, spec_topk=1, max_bs=16)
+_QWQ_SEED = ServingGeometry(context_len=32768, page_size=128, draft_tokens=16, spec_topk=10, draft_has_kv=False, max_bs=32)
+
+
+def full_suite(repeats: int = 20) -> Suite:
+    """The committed suite: every preset of data/presets.json, the seed geometries short and long."""
+    timing = (
+        TimingCase(name="glm-5.2-seed", component="dsa-page-table", geometry=_GLM_SEED, seq_len=4096, batch=16),
+        TimingCase(name="glm-5.2-seed", component="dsa-page-table", geometry=_GLM_SEED, seq_len=60000, batch=16),
+        TimingCase(name="qwq-32b-seed", component="npu-block-table", geometry=_QWQ_SEED, seq_len=4096, batch=32),
+        TimingCase(name="qwq-32b-seed", component="npu-block-table", geometry=_QWQ_SEED, seq_len=30000, batch=32),
+    )
+    return Suite(presets=tuple(load_presets()), timing=timing, repeats=repeats)
+
+
+def quick_suite(repeats: int = 3) -> Suite:
+    """A small suite with the same sections, for tests and a first look (seconds on a CPU)."""
+    small = ModelPreset(
+        name="small-dsa", source="workbench test geometry", context_len=4096, num_layers=2, kv_lora_rank=512,
+        qk_rope_head_dim=64, kv_dtype_bytes=2, page_size=64, draft_tokens=6, spec_steps=5, max_bs=4,
+    )
+    geometry = small.geometry
+    timing = (
+        TimingCase(name="small-dsa", component="dsa-page-table", geometry=geometry, seq_len=1000, batch=2),
+        TimingCase(name="small-npu", component="npu-block-table", geometry=geometry, seq_len=1000, batch=2),
+    )
+    return Suite(presets=(small,), timing=timing, repeats=repeats)
+
+
+# ---- sections ----------------------------------------------------------------------------------
+
+
+def seed_rows(device: str, timeout_s: float) -> list[Row]:
+    """Each seed before and after its fix, probed as ``workbench probe`` does, isolated where needed."""
+    rows: list[Row] = []
+    for seed in SEEDS:
+        for fix, case in (("before", seed.before), ("after", seed.after)):
+            record = isolated_probe(case, device, timeout_s=timeout_s)
+            rows.append({
+                "section": "seed", "name": seed.name, "component": case["component"],
+                "rule": case.get("rule", case.get("gather")), "replay": case.get("replay"), "mode": case.get("mode"),
+                "fix": fix, "outcome": record["outcome"], "error": record.get("error"),
+                "path": record.get("path"), "width": record.get("buffer_width"),
+            })
+    return rows
+
+
+def allocate_full_size(component: str, geometry: ServingGeometry, rule: str, mode: Mode, device: str) -> list[torch.Tensor]:
+    """The buffers ``init_cuda_graph_state`` makes, with the engine's row counts.
+
+    NPU: ``block_tables`` (max_bs, B pages). DSA: ``page_table`` (max_bs * tokens per request of
+    the captured graph, B tokens) and, for ps > 1, ``real_page_table`` with cdiv(B, ps) columns.
+    """
+    if component == "npu-block-table":
+        return [NpuBlockTables.allocate(geometry, rule, device=device).block_tables]
+    rows = geometry.max_bs * graph_tokens_per_request(geometry, mode)
+    buffers = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
+    return [buffers.page_table] + ([buffers.real_page_table] if buffers.real_page_table is not None else [])
+
+
+@dataclass(frozen=True)
+class Measured:
+    measured_bytes: int
+    storage_bytes: int  # the tensors' own bytes: rows * columns * 4 for int32 tables
+    method: str
+    shapes: tuple[tuple[int, ...], ...]
+
+
+def measure_bytes(make: Callable[[], list[torch.Tensor]], device: str) -> Measured:
+    """What allocating ``make()`` took on ``device``, and the tensors' own bytes.
+
+    On a device, measured is the caching allocator's ``memory_allocated`` after minus before (it
+    rounds every block up, so it can exceed the tensors' bytes). On the CPU there is no allocator
+    statistic: measured is the storages' bytes, and the method column says so.
+    """
+    module = accelerator_module(device)
+    synchronize(device)
+    before = allocated_bytes(device)
+    tensors = make()
+    synchronize(device)
+    after = allocated_bytes(device)
+    storage = sum(t.untyped_storage().nbytes() for t in tensors)
+    shapes = tuple(tuple(t.shape) for t in tensors)
+    if module is None or before is None or after is None:
+        return Measured(storage, storage, "untyped_storage().nbytes()", shapes)
+    return Measured(after - before, storage, f"torch.{torch.device(device).type}.memory_allocated delta", shapes)
+
+
+def memory_rows(presets: Iterable[ModelPreset], device: str) -> list[Row]:
+    rows: list[Row] = []
+    for preset in presets:
+        g = preset.geometry
+        mode = Mode.TARGET_VERIFY if g.speculative else Mode.DECODE  # the graph with the most rows
+        for component in TABLE_COMPONENTS:
+            for rule in RULE_NAMES:
+                got = measure_bytes(functools.partial(allocate_full_size, component, g, rule, mode, device), device)
+                rows.append({
+                    "section": "memory", "name": preset.name, "component": component, "rule": rule, "mode": mode.value,
+                    "batch": g.max_bs, "rows": got.shapes[0][0], "width": got.shapes[0][1],
+                    "predicted_bytes": buffer_bytes(component, g, rule, mode), "measured_bytes": got.measured_bytes,
+                    "storage_bytes": got.storage_bytes, "measure_method": got.method,
+                })
+    return rows
+
+
+def timing_rows(cases: Iterable[TimingCase], device: str, repeats: int) -> list[Row]:
+    rows: list[Row] = []
+    for case in cases:
+        replays = (Replay.DYNAMIC, Replay.STATIC) if case.component == "dsa-page-table" else (None,)
+        for rule in RULE_NAMES:
+            for replay in replays:
+                rows.append(_time_one(case, rule, replay, device, repeats))
+    return rows
+
+
+def _time_one(case: TimingCase, rule: str, replay: Replay | None, device: str, repeats: int) -> Row:
+    """Median time of the metadata copy alone and of copy + replay, for one rule and replay."""
+    g = case.geometry
+    reads = case.seq_len + g.lookahead(case.mode, 0)
+    table = RequestTable.with_requests([reads] * case.batch, g.request_table_width, g.page_size, device)
+    rows = list(range(1, case.batch + 1))
+    seq_lens = [case.seq_len] * case.batch
+    num_slots = (table.allocator.num_pages + 1) * g.page_size
+    if case.component == "npu-block-table":
+        npu = NpuBlockTables.allocate(g, rule, rows=case.batch, device=device)
+        read = CapturedRead.capture(npu.block_tables, g.page_size, num_slots)
+        row_reads = [reads] * case.batch
+
+        def copy() -> None:
+            npu.replay(table.req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens)
+    else:
+        per_request = graph_tokens_per_request(g, case.mode)
+        dsa = DsaPageTable.allocate(g, rule, rows=case.batch * per_request, device=device)
+        read = CapturedRead.capture(dsa.page_table, 1, num_slots)
+        row_reads = [reads] * (case.batch * per_request)
+
+        def copy() -> None:
+            dsa.replay(table.req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens,
+                       replay=replay or Replay.DYNAMIC)
+
+    def step() -> None:
+        copy()
+        read.run(row_reads)
+
+    row: Row = {
+        "section": "replay-cost", "name": case.name, "component": case.component, "rule": rule,
+        "replay": replay.value if replay else None, "mode": case.mode.value, "batch": case.batch,
+        "seq_len": case.seq_len, "rows": read.table.shape[0], "width": read.table.shape[1], "path": read.path,
+        "repeats": repeats,
+    }
+    try:
+        copy_s = median_seconds(copy, device, repeats=repeats)
+        step_s = median_seconds(step, device, repeats=repeats)
+    except RuntimeError as err:  # a rule too narrow for this length: the step fails, there is no cost
+        return row | {"outcome": "shape-error", "error": str(err)}
+    return row | {"outcome": "ok", "copy_us": copy_s * 1e6, "step_us": step_s * 1e6}
+
+
+# ---- the whole check ---------------------------------------------------------------------------
+
+
+def run_hardware_check(device: str, suite: Suite, progress: IO[str] | None = None) -> pd.DataFrame:
+    """Run every section on ``device``; one tidy frame with the device's facts on every row."""
+    info = device_info(device)
+    sections: Sequence[tuple[str, Callable[[], list[Row]]]] = (
+        ("seed", lambda: seed_rows(device, suite.timeout_s)),
+        ("memory", lambda: memory_rows(suite.presets, device)),
+        ("replay-cost", lambda: timing_rows(suite.timing, device, suite.repeats)),
+    )
+    rows: list[Row] = []
+    for name, run in sections:
+        start = datetime.datetime.now()
+        found = run()
+        rows += found
+        if progress is not None:
+            seconds = (datetime.datetime.now() - start).total_seconds()
+            progress.write(f"{name}: {len(found)} rows in {seconds:.1f} s\n")
+    return results_frame(rows, info, device)
+
+
+def results_frame(rows: list[Row], info: DeviceInfo, device: str) -> pd.DataFrame:
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    facts: Row = {
+        "device": str(torch.device(device)), "device_kind": info.kind, "device_name": info.name, "driver": info.driver,
+        "runtime": info.runtime, "torch_version": info.torch_version, "workbench_version": __version__,
+        "recorded_at": stamp,
+    }
+    frame = pd.DataFrame([row | facts for row in rows], columns=list(COLUMNS))
+    for column in ("batch", "seq_len", "rows", "width", "predicted_bytes", "measured_bytes", "storage_bytes", "repeats"):
+        frame[column] = frame[column].astype("Int64")  # integers with gaps, not floats
+    for column in ("copy_us", "step_us"):
+        frame[column] = frame[column].astype("float64")
+    return frame
+
+
+def results_path(info: DeviceInfo, folder: str | Path = DEFAULT_FOLDER) -> Path:
+    """``<folder>/<kind>-<sanitized name>.parquet``, e.g. data/hardware/cuda-nvidia-h200.parquet."""
+    return Path(folder) / f"{info.file_stem}.parquet"
+
+
+def write_results(frame: pd.DataFrame, path: Path) -> Path:
+    """Write through a temporary file and a rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def load_hardware_results(folder: str | Path = DEFAULT_FOLDER) -> pd.DataFrame | None:
+    """Every hardware file in ``folder`` as one frame (for the notebooks' overlays), or None."""
+    files = sorted(Path(folder).glob("*.parquet"))
+    if not files:
+        return None
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+
+
+def summary_lines(frame: pd.DataFrame) -> list[str]:
+    """A short text view: seed outcomes, measured against predicted bytes, replay cost per rule."""
+    lines = []
+    for row in frame[frame.section == "seed"].itertuples():
+        lines.append(f"seed {row.name:<16} {row.fix:<7} {row.rule!s:<19} {row.outcome:<12} {row.path or ''}")
+    memory = frame[frame.section == "memory"]
+    if len(memory):
+        over = memory.measured_bytes - memory.predicted_bytes
+        lines.append(f"memory: {len(memory)} buffers, measured - predicted: min {int(over.min())} B, max {int(over.max())} B "
+                     f"({memory.measure_method.iloc[0]})")
+    for row in frame[frame.section == "replay-cost"].itertuples():
+        cost = f"copy {row.copy_us:9.1f} us  step {row.step_us:9.1f} us" if row.outcome == "ok" else row.outcome
+        replay = "-" if pd.isna(row.replay) else row.replay
+        lines.append(f"replay {row.name:<13} s={row.seq_len:<6} {row.rule:<19} {replay:<8} {cost}")
+    return lines
+
+
+def check_and_write(device: str, folder: str | Path, suite: Suite, out: IO[str]) -> Path:
+    """The ``workbench hardware-check`` job: run the suite, write the device's file, print a summary."""
+    start = datetime.datetime.now()
+    frame = run_hardware_check(device, suite, progress=out)
+    path = write_results(frame, results_path(device_info(device), folder))
+    out.write("\n".join(summary_lines(frame)) + "\n")
+    seconds = (datetime.datetime.now() - start).total_seconds()
+    out.write(f"\nwrote {path} ({len(frame)} rows, {seconds:.1f} s)\n")
+    return path
