@@ -1,0 +1,562 @@
+"""A seeded serving run: requests admitted, prefilled, stepped through the graphs, retired.
+
+A boundary says whether one step can fail; a run says how often a workload gets there, and which
+request gets there first. Every step uses the core's real objects: one ``PagedAllocator``, one
+``RequestTable`` (``max_bs + 1`` rows, row 0 the dummy), and graph buffers of both backends
+captured ONCE for ``max_bs`` (``NpuBlockTables`` with ``max_bs`` rows, ``DsaPageTable`` with
+``max_bs * tokens_per_request`` rows) and replayed every step with the batch padded to its capture
+bucket (1, 2, 4, ... max_bs; padded rows read pool row 0 with seq_len 0 on the NPU, 1 on DSA).
+
+One scheduler iteration::
+
+    admit     while a row is free, prefill the next waiting request (eager ``alloc_extend``) if
+              available >= its prompt pages + conservativeness * remaining output of the batch
+              (the engine's new-token ratio, held constant; 0 = optimistic admission)
+    room      the step needs P new pages; it runs when available >= P * ps (an exact fit runs),
+              otherwise the newest request is retracted (pages freed, re-queued in front)
+    allocate  decode (no speculation): ``alloc_decode(seq_lens = s + 1, last_loc)`` under the gather
+              verify: ``alloc_extend(prefix = allocated, seq = s + D)`` for the D draft slots
+    replay    both backends' tables, classified as a probe classifies them (``classify_replay``)
+    commit    decode: s += 1; verify: s += k, k from the acceptance model, clipped to the output
+              length and to ``ctx - 1 + overshoot``
+    retire    at the output length, or at the scheduler's cap ``ctx - 1``; with ``overshoot > 0``
+              a request at the cap rides one more verify first (the overlap scheduler sees its
+              finish a step late), so that verify reads ``s + D`` with ``s`` up to ``ctx - 1 + o``
+
+Draft slots (a choice, documented): a request keeps every slot it was given until it retires, as
+the engine's allocated-versus-committed lengths do. Slots of rejected drafts are not freed; the next
+verify writes its drafts over them and only allocates past them. Freeing them would free whole
+pages that still hold accepted tokens. On a failure the run stops (``stop_on_failure``) or records
+it and runs on: a failed table replay changes no state; a failed legacy gather is redone with the
+clamped one (what the fixed engine takes), so later steps stay comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pandas as pd  # type: ignore[import-untyped]
+import torch
+
+from workbench.allocator import Gather, PagedAllocator
+from workbench.cli_support import atomic_write_text
+from workbench.device import one_torch_thread
+from workbench.dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.geometry import cdiv
+from workbench.npu_block_table import NpuBlockTables
+from workbench.outcome import Outcome
+from workbench.probe import classify_replay
+from workbench.request_table import DUMMY_ROW, RequestTable
+from workbench.rules import check_rule
+from workbench.workload import (
+    SCENARIOS,
+    Request,
+    SimConfig,
+    Simulation,
+    Workload,
+    check_requests,
+    exact_fit_scenario,
+    qwq_scenario,
+    vary,
+)
+
+NPU_SEQ_FILL = 0  # seq_len of a padded graph row on the NPU backend (spec section 1)
+DSA_SEQ_FILL = 1  # ... and on DSA; neither can raise max(seq_lens_cpu)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRecord:
+    """One graph step of a run. Tuples run over the batch, in batch order."""
+
+    step: int
+    mode: str
+    bucket: int  # captured batch size replayed (batch padded up to it)
+    req_ids: tuple[int, ...]
+    committed: tuple[int, ...]  # committed lengths before the step
+    seq_lens: tuple[int, ...]  # what the replay got: s (verify) or s + 1 (decode)
+    reads: tuple[int, ...]  # tokens each request's kernels read
+    accepted: tuple[int, ...]  # tokens committed by the step
+    npu_width_pages: int
+    dsa_width_tokens: int
+    new_pages: int
+    free_pages_before: int
+    free_pages_after: int
+    exact_fit: bool  # the step took every free page
+    out_cache_loc: tuple[int, ...]  # slots handed out by the step
+    last_loc: tuple[int, ...]  # decode only: the allocator call's last_loc
+    free_list_before: tuple[int, ...]  # decode only: the free list the gather read
+    alloc_outcome: str
+    npu_outcome: str
+    dsa_outcome: str
+    outcome: str  # the first failure of the step, in engine order, or ok
+    failing_component: str | None
+    failing_request: int | None
+    error: str | None
+    admitted: tuple[int, ...]
+    retracted: tuple[int, ...]
+    retired: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SimRun:
+    config: SimConfig
+    seed: int
+    requests: tuple[Request, ...]
+    records: tuple[StepRecord, ...]
+    completed: bool  # every request retired
+    stop_reason: str  # "completed", "failure", "out-of-memory" or "max-steps"
+
+    @property
+    def failures(self) -> tuple[StepRecord, ...]:
+        return tuple(r for r in self.records if Outcome(r.outcome).failed)
+
+    @property
+    def first_failure(self) -> StepRecord | None:
+        return next(iter(self.failures), None)
+
+
+@dataclass
+class _Live:
+    """A running request (mutable: the engine's Req)."""
+
+    req: Request
+    row: int
+    committed: int
+    riding: bool = False  # at the cap, riding one more verify before it retires
+
+
+@dataclass(frozen=True)
+class _Alloc:
+    outcome: Outcome
+    error: str | None
+    slots: tuple[int, ...]
+    failing_row: int | None = None
+
+
+def capture_buckets(max_bs: int) -> tuple[int, ...]:
+    """Batch sizes captured at start-up: powers of two below ``max_bs``, then ``max_bs``."""
+    return tuple(sorted({1 << i for i in range(max_bs.bit_length()) if 1 << i < max_bs} | {max_bs}))
+
+
+def exact_fit_victim(seq_lens: Sequence[int], page_size: int) -> int | None:
+    """Index of the first row that opens no page yet comes after every page-opening row.
+
+    On an exactly full pool the legacy gather reads ``free_pages[n_new]`` for that row. Worked
+    example (the seed), ps 4, seq_lens [5, 10, 7]: row 0 opens a page, rows 1 and 2 do not; row 1
+    is the first after the last opener, so it is the victim.
+    """
+    opens = [s % page_size == 1 % page_size for s in seq_lens]
+    last_opener = max((i for i, o in enumerate(opens) if o), default=None)
+    if last_opener is None:
+        return None
+    return next((i for i in range(last_opener + 1, len(opens)) if not opens[i]), None)
+
+
+class _Engine:
+    """The mutable state of one run: pool, request table, captured buffers, queues."""
+
+    def __init__(self, config: SimConfig, requests: Sequence[Request], rng: random.Random, device: str) -> None:
+        g = config.geometry
+        self.config, self.rng, self.g = config, rng, g
+        self.alloc = PagedAllocator(g.page_size, config.pool_pages, device=device)
+        self.table = RequestTable(g.max_bs + 1, g.request_table_width, self.alloc)
+        # Captured once for max_bs, as init_cuda_graph_state does.
+        self.npu = NpuBlockTables.allocate(g, config.rule, device=device)
+        self.dsa = DsaPageTable.allocate(g, config.rule, rows=g.max_bs * tokens_per_request(g, config.mode), device=device)
+        self.buckets = capture_buckets(g.max_bs)
+        self.waiting: deque[tuple[Request, int]] = deque((r, r.prompt_len) for r in requests)
+        self.running: list[_Live] = []
+        self.free_rows = list(range(g.max_bs, 0, -1))
+        self.draws = 0
+
+    # ---- scheduling ---------------------------------------------------------------------------
+
+    def admit(self) -> tuple[int, ...]:
+        admitted = []
+        while self.waiting and self.free_rows:
+            req, length = self.waiting[0]
+            if self.running and not self._fits(req, length):
+                break
+            self.waiting.popleft()
+            row = self.free_rows.pop()
+            self.table.extend(row, length)  # prefill: eager alloc_extend, no graph replay
+            self.running.append(_Live(req, row, length))
+            admitted.append(req.req_id)
+        return tuple(admitted)
+
+    def _fits(self, req: Request, length: int) -> bool:
+        ps = self.g.page_size
+        remaining = sum(_remaining(live.req, live.committed) for live in self.running) + _remaining(req, length)
+        need = cdiv(length, ps) * ps + math.ceil(self.config.conservativeness * remaining)
+        return self.alloc.available_size() >= need
+
+    def make_room(self) -> tuple[tuple[int, ...], bool]:
+        """Retract the newest requests until the step's pages fit; True when even one does not."""
+        retracted: list[int] = []
+        while self.alloc.available_size() < self.pages_needed() * self.g.page_size:
+            if len(self.running) == 1:
+                return tuple(retracted), True
+            victim = self.running.pop()
+            self._release(victim)
+            self.waiting.appendleft((victim.req, victim.committed))  # re-prefilled in full later
+            retracted.append(victim.req.req_id)
+        return tuple(retracted), False
+
+    def pages_needed(self) -> int:
+        """Pages the next step opens, summed over the batch.
+
+        Verify, ps 4, D 4: committed 6 with 8 slots already allocated writes drafts at 6..9, so it
+        opens cdiv(10, 4) - cdiv(8, 4) = 1 page. Decode: a request opens one iff (s + 1) % ps == 1.
+        """
+        ps, d = self.g.page_size, self.g.draft_tokens
+        if self.g.speculative:
+            return sum(max(0, cdiv(x.committed + d, ps) - cdiv(self.table.filled[x.row], ps)) for x in self.running)
+        return sum(1 for x in self.running if (x.committed + 1) % ps == 1 % ps)
+
+    def _release(self, live: _Live) -> None:
+        self.table.release(live.row)
+        self.free_rows.append(live.row)
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def allocate_decode(self, batch: list[_Live]) -> tuple[_Alloc, tuple[int, ...], tuple[int, ...]]:
+        seq = [x.committed + 1 for x in batch]
+        last = [int(self.table.req_to_token[x.row, x.committed - 1]) for x in batch]
+        free_list = tuple(self.alloc.free_pages.tolist())
+        overreads = len(self.alloc.overreads)
+        result = _Alloc(Outcome.OK, None, ())
+        try:
+            out = self.alloc.alloc_decode(seq, last, self.config.gather)
+        except IndexError as err:
+            result = _Alloc(Outcome.INDEX_ERROR, str(err), (), exact_fit_victim(seq, self.g.page_size))
+            # The NPU stops here (an AI Core error); to run on, take what the fixed gather takes.
+            out = self.alloc.alloc_decode(seq, last, Gather.NPU_CLAMPED)
+        if len(self.alloc.overreads) > overreads:
+            result = _Alloc(Outcome.SILENT_OVERREAD, self.alloc.overreads[-1], ())
+        if out is None:
+            return _Alloc(Outcome.OUT_OF_MEMORY, "alloc_decode returned None", ()), tuple(last), free_list
+        for x, slot in zip(batch, out.tolist()):
+            self.table.req_to_token[x.row, x.committed] = slot
+            self.table.filled[x.row] = x.committed + 1
+        return dataclasses.replace(result, slots=tuple(out.tolist())), tuple(last), free_list
+
+    def allocate_drafts(self, batch: list[_Live]) -> _Alloc:
+        """Slots for positions ``allocated .. s + D - 1``: the verify's drafts, past earlier ones."""
+        prefix = [self.table.filled[x.row] for x in batch]
+        seq = [max(p, x.committed + self.g.draft_tokens) for p, x in zip(prefix, batch)]
+        last = [int(self.table.req_to_token[x.row, p - 1]) for p, x in zip(prefix, batch)]
+        out = self.alloc.alloc_extend(prefix, seq, last)
+        if out is None:
+            return _Alloc(Outcome.OUT_OF_MEMORY, "alloc_extend returned None", ())
+        slots = out.to(torch.int32)
+        offset = 0
+        for x, p, s in zip(batch, prefix, seq):
+            self.table.req_to_token[x.row, p:s] = slots[offset : offset + s - p]
+            self.table.filled[x.row] = s
+            offset += s - p
+        return _Alloc(Outcome.OK, None, tuple(out.tolist()))
+
+    def replay(self, batch: list[_Live], seq_lens: list[int], reads: list[int]) -> tuple[tuple[Outcome, str | None], ...]:
+        """Both backends' captured tables, the batch padded to its bucket; (outcome, error) each."""
+        pad = next(b for b in self.buckets if b >= len(batch)) - len(batch)
+        rows = [x.row for x in batch] + [DUMMY_ROW] * pad
+        mode, d, r2t = self.config.mode, self.g.draft_tokens, self.table.req_to_token
+        ps = self.g.page_size
+
+        def npu() -> int:
+            self.npu.replay(r2t, rows, seq_lens + [NPU_SEQ_FILL] * pad, mode, draft_tokens=d)
+            return self.npu.width_pages * ps
+
+        def dsa() -> int:
+            self.dsa.replay(r2t, rows, seq_lens + [DSA_SEQ_FILL] * pad, mode, draft_tokens=d, replay=self.config.dsa_replay)
+            return self.dsa.width_tokens
+
+        return classify_replay("npu-block-table", npu, reads), classify_replay("dsa-page-table", dsa, reads)
+
+    def commit(self, batch: list[_Live]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Accept tokens, then retire finished requests; returns (accepted, retired ids)."""
+        cap = self.g.context_len - 1
+        accepted = []
+        for x in batch:
+            k = 1
+            if self.g.speculative:
+                k = self.config.acceptance.draw(self.rng, self.g.draft_tokens, self.draws)
+                self.draws += 1
+            ceiling = min(x.req.prompt_len + x.req.output_len, cap + self.config.overshoot)
+            new = min(x.committed + k, ceiling)
+            accepted.append(new - x.committed)
+            x.committed = new
+        retired = []
+        for x in batch:
+            at_cap = x.committed >= cap
+            done = x.committed >= x.req.prompt_len + x.req.output_len
+            if at_cap and not done and self.config.overshoot and not x.riding:
+                x.riding = True  # the overlap scheduler sees the finish one step late
+            elif at_cap or done:
+                self.running.remove(x)
+                self._release(x)
+                retired.append(x.req.req_id)
+        return tuple(accepted), tuple(retired)
+
+
+def _remaining(req: Request, committed: int) -> int:
+    return max(0, req.prompt_len + req.output_len - committed)
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def simulate(
+    config: SimConfig, workload: Workload, seed: int, *, device: str = "cpu", check_integrity: bool = False
+) -> SimRun:
+    """One seeded run; the same (config, workload, seed) gives the same records.
+
+    ``check_integrity`` runs the allocator's ``check_integrity()`` after every step (tests).
+    A run steps small tensors, where torch's intra-op threads only add hand-off cost (measured:
+    a 3-row ``repeat_interleave`` takes 2.8 ms with 2 threads on a busy 2-core machine, 0.008 ms
+    with one), so the run holds torch to one thread and restores the setting afterwards.
+    """
+    with one_torch_thread():
+        return _simulate(config, workload, seed, device, check_integrity)
+
+
+def _simulate(config: SimConfig, workload: Workload, seed: int, device: str, check_integrity: bool) -> SimRun:
+    rng = random.Random(seed)
+    requests = workload.requests(rng)
+    check_requests(config, requests)
+    engine = _Engine(config, requests, rng, device)
+    records: list[StepRecord] = []
+    stop_reason = "max-steps"
+    for step in range(config.max_steps):
+        admitted = engine.admit()
+        if not engine.running:
+            stop_reason = "completed"
+            break
+        retracted, short = engine.make_room()
+        record = _step(engine, step, admitted, retracted, short)
+        records.append(record)
+        if check_integrity:
+            engine.alloc.check_integrity()
+        if record.outcome == Outcome.OUT_OF_MEMORY.value:
+            stop_reason = "out-of-memory"
+            break
+        if Outcome(record.outcome).failed and config.stop_on_failure:
+            stop_reason = "failure"
+            break
+    completed = not engine.waiting and not engine.running
+    return SimRun(config, seed, tuple(requests), tuple(records), completed, "completed" if completed else stop_reason)
+
+
+def _step(engine: _Engine, step: int, admitted: tuple[int, ...], retracted: tuple[int, ...], short: bool) -> StepRecord:
+    g, batch = engine.g, list(engine.running)
+    committed = [x.committed for x in batch]
+    speculative = g.speculative
+    seq_lens = committed if speculative else [s + 1 for s in committed]
+    reads = [s + g.draft_tokens for s in committed] if speculative else seq_lens
+    new_pages, free_before = engine.pages_needed(), len(engine.alloc.free_pages)
+    last_loc: tuple[int, ...] = ()
+    free_list: tuple[int, ...] = ()
+    if short:
+        alloc = _Alloc(Outcome.OUT_OF_MEMORY, f"the step needs {new_pages} pages, {free_before} are free", ())
+    elif speculative:
+        alloc = engine.allocate_drafts(batch)
+    else:
+        alloc, last_loc, free_list = engine.allocate_decode(batch)
+    outcomes: list[tuple[str, Outcome, str | None, int | None]] = [
+        ("allocator", alloc.outcome, alloc.error, alloc.failing_row)]
+    if alloc.outcome is not Outcome.OUT_OF_MEMORY:
+        npu, dsa = engine.replay(batch, seq_lens, reads)
+        widest = max(range(len(batch)), key=lambda i: reads[i])  # the request that sets max_len
+        outcomes += [("npu-block-table", *npu, widest), ("dsa-page-table", *dsa, widest)]
+    first = next((o for o in outcomes if o[1] is not Outcome.OK), None)
+    accepted, retired = ((), ()) if alloc.outcome is Outcome.OUT_OF_MEMORY else engine.commit(batch)
+    by_name = {name: outcome.value for name, outcome, _, _ in outcomes}
+    return StepRecord(
+        step=step, mode=engine.config.mode.value,
+        bucket=next(b for b in engine.buckets if b >= len(batch)),
+        req_ids=tuple(x.req.req_id for x in batch), committed=tuple(committed), seq_lens=tuple(seq_lens),
+        reads=tuple(reads), accepted=accepted,
+        npu_width_pages=engine.npu.width_pages, dsa_width_tokens=engine.dsa.width_tokens,
+        new_pages=new_pages, free_pages_before=free_before, free_pages_after=len(engine.alloc.free_pages),
+        exact_fit=0 < new_pages == free_before, out_cache_loc=alloc.slots, last_loc=last_loc,
+        free_list_before=free_list, alloc_outcome=by_name["allocator"],
+        npu_outcome=by_name.get("npu-block-table", "not-run"), dsa_outcome=by_name.get("dsa-page-table", "not-run"),
+        outcome=first[1].value if first else Outcome.OK.value,
+        failing_component=first[0] if first else None,
+        failing_request=batch[first[3]].req.req_id if first and first[3] is not None else None,
+        error=first[2] if first else None,
+        admitted=admitted, retracted=retracted, retired=retired,
+    )
+
+
+# ---- frames and summaries -----------------------------------------------------------------------
+
+Job = tuple[str, Gather, int]  # (rule, gather, seed)
+Progress = Callable[[Sequence[Job]], Iterable[Job]]
+
+
+def records_frame(run: SimRun) -> pd.DataFrame:
+    """One row per step; tuple fields become lists."""
+    rows = [{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(r).items()} for r in run.records]
+    return pd.DataFrame(rows)
+
+
+def requests_frame(run: SimRun) -> pd.DataFrame:
+    """Tidy: one row per step and running request (committed length, reads, the step's outcome)."""
+    rows = [
+        {"step": r.step, "req_id": rid, "committed": s, "reads": reads, "outcome": r.outcome,
+         "failing": rid == r.failing_request}
+        for r in run.records for rid, s, reads in zip(r.req_ids, r.committed, r.reads)
+    ]
+    return pd.DataFrame(rows, columns=["step", "req_id", "committed", "reads", "outcome", "failing"])
+
+
+def run_summary(run: SimRun) -> dict[str, object]:
+    """What a run came to: the first failing step and request, and the counts around it."""
+    c, first = run.config, run.first_failure
+    failing_committed = None
+    if first is not None and first.failing_request is not None:
+        failing_committed = first.committed[first.req_ids.index(first.failing_request)]
+    return {
+        "seed": run.seed, "rule": c.rule, "gather": c.gather.value, "context_len": c.geometry.context_len,
+        "page_size": c.geometry.page_size, "draft_tokens": c.geometry.draft_tokens,
+        "acceptance": c.acceptance.label(), "conservativeness": c.conservativeness, "overshoot": c.overshoot,
+        "num_pages": c.pool_pages, "steps": len(run.records), "completed": run.completed,
+        "stop_reason": run.stop_reason, "failed": first is not None, "failures": len(run.failures),
+        "first_failing_step": first.step if first else None,
+        "failing_component": first.failing_component if first else None,
+        "outcome": first.outcome if first else "ok",
+        "failing_request": first.failing_request if first else None,
+        "failing_committed_len": failing_committed, "error": first.error if first else None,
+        "exact_fit_steps": sum(r.exact_fit for r in run.records),
+        "retractions": sum(len(r.retracted) for r in run.records),
+        "max_committed": max((max(r.committed) for r in run.records), default=0),
+    }
+
+
+def compare(
+    config: SimConfig, workload: Workload, seeds: Sequence[int], *, rules: Sequence[str] | None = None,
+    gathers: Sequence[Gather | str] | None = None, device: str = "cpu", progress: Progress | None = None,
+) -> pd.DataFrame:
+    """One summary row per rule, gather and seed (defaults: the config's own rule and gather)."""
+    jobs: list[Job] = [
+        (check_rule(rule), Gather.parse(gather), seed)
+        for rule in (rules or [config.rule]) for gather in (gathers or [config.gather]) for seed in seeds
+    ]
+    rows = [run_summary(simulate(config.replace(rule=r, gather=g), workload, s, device=device))
+            for r, g, s in (progress(jobs) if progress else jobs)]
+    frame = pd.DataFrame(rows)
+    for column in _NULLABLE_INTS:  # None where a run did not fail: keep integers, not floats
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+_NULLABLE_INTS = ("first_failing_step", "failing_request", "failing_committed_len")
+
+
+def failure_share(summaries: pd.DataFrame, by: Sequence[str] = ("rule", "gather")) -> pd.DataFrame:
+    """Share of runs that fail, per group; with the median first failing step of the failing runs."""
+    grouped = summaries.groupby(list(by), sort=False)
+    return grouped.agg(
+        runs=("seed", "size"), failed_runs=("failed", "sum"), share=("failed", "mean"),
+        median_first_failing_step=("first_failing_step", "median"),
+    ).reset_index()
+
+
+def sweep(
+    config: SimConfig, workload: Workload, param: str, values: Sequence[float], seeds: Sequence[int], *,
+    rules: Sequence[str] | None = None, gathers: Sequence[Gather | str] | None = None, device: str = "cpu",
+) -> pd.DataFrame:
+    """Failure share per value of one parameter: tidy, one row per (value, rule, gather)."""
+    frames = []
+    for value in values:
+        summaries = compare(vary(config, param, value), workload, seeds, rules=rules, gathers=gathers, device=device)
+        share = failure_share(summaries)
+        share.insert(0, "value", value)
+        share.insert(0, "param", param)
+        frames.append(share)
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_summary(frame: pd.DataFrame, path: str | Path) -> Path:
+    """``.json`` (records, indented) or ``.parquet``; written whole or not at all."""
+    path = Path(path)
+    if path.suffix == ".json":
+        atomic_write_text(path, frame.to_json(orient="records", indent=2) + "\n")
+    elif path.suffix == ".parquet":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(path)
+    else:
+        raise ValueError(f"out: {str(path)!r} must end in .json or .parquet")
+    return path
+
+
+# ---- the notebook's explorer ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Exploration:
+    """What the explorer shows for one setting: the run, its summary and its tidy per-request steps."""
+
+    run: SimRun
+    summary: dict[str, object]
+    steps: pd.DataFrame
+
+
+def explore(
+    scenario: str = "qwq", *, rule: str = "context", gather: str = "npu-clamped", seed: int = 0,
+    changes: dict[str, float] | None = None, device: str = "cpu",
+) -> Exploration:
+    """One run of a named scenario with some sweep parameters changed (the notebook's widgets)."""
+    if scenario == "qwq":
+        config, workload = qwq_scenario(rule=rule)
+        config = config.replace(gather=Gather.parse(gather))
+    elif scenario == "exact-fit":
+        config, workload = exact_fit_scenario(gather=gather)
+        config = config.replace(rule=check_rule(rule))
+    else:
+        raise ValueError(f"scenario: {scenario!r} is not one of {', '.join(SCENARIOS)}")
+    for param, value in (changes or {}).items():
+        config = vary(config, param, value)
+    run = simulate(config, workload, seed, device=device)
+    return Exploration(run, run_summary(run), requests_frame(run))
+
+
+# ---- the command line ---------------------------------------------------------------------------
+
+
+def format_summary(summaries: pd.DataFrame) -> str:
+    """One line per rule and gather: failing runs, and the earliest first failure among them."""
+    lines = []
+    for (rule, gather), group in summaries.groupby(["rule", "gather"], sort=False):
+        failed = group[group["failed"]]
+        line = f"{rule:<18} {gather:<11} failed {len(failed)}/{len(group)} runs"
+        if len(failed):
+            first = failed.sort_values(["first_failing_step", "seed"]).iloc[0]
+            line += (f"; earliest: seed {first['seed']} step {first['first_failing_step']} request "
+                     f"{first['failing_request']} committed {first['failing_committed_len']} "
+                     f"{first['failing_component']} {first['outcome']}: {first['error']}")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def run_cli(simulation: Simulation, device: str, out: IO[str]) -> pd.DataFrame:
+    """``workbench simulate``: runs with a progress bar on stderr, a summary on ``out``."""
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]
+
+    def progress(jobs: Sequence[Job]) -> Iterable[Job]:
+        return tqdm(jobs, desc="simulate", unit="run", file=sys.stderr)  # type: ignore[no-any-return]
+
+    s = simulation
+    summaries = compare(s.config, s.workload, s.seeds, rules=s.rules, gathers=s.gathers, device=device, progress=progress)
+    out.write(format_summary(summaries) + "\n")
+    return summaries
