@@ -1,0 +1,105 @@
+"""The explorer without a kernel: the same functions the notebook widgets call.
+
+Expected outcomes and messages come from the spec's seed cases (sections 2-4) and from
+``tests/reference.py``'s independent restatement of the replay and ``alloc_decode``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import reference
+
+from workbench.explorer import Explorer, ExplorerState, allocator_case, explore, longest_seq_len, table_case
+from workbench.geometry import Mode
+
+NPU_SEED = ExplorerState()  # QwQ-32B: ctx 32768, ps 128, D 16, overshoot 2, context rule, verify
+DSA_SEED = ExplorerState(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6,
+                         rule="context-plus-draft")
+
+
+def test_longest_seq_len_is_context_minus_one_plus_overshoot_clamped_to_the_table() -> None:
+    assert longest_seq_len(NPU_SEED) == 32769
+    # W - D = 32768 + 20 - 16 = 32772 caps an overshoot of 8 at 32772.
+    assert longest_seq_len(NPU_SEED.replace(overshoot=8)) == 32772
+    # Without drafts the scheduler's ctx - 1 is the cap whatever the overshoot.
+    assert longest_seq_len(NPU_SEED.replace(draft_tokens=0, mode="decode")) == 32767
+
+
+@pytest.mark.parametrize(("state", "rule"), [
+    (NPU_SEED, "context"), (NPU_SEED, "context-plus-draft"), (NPU_SEED, "req-to-token"),
+    (DSA_SEED, "context"), (DSA_SEED, "context-plus-draft"), (DSA_SEED, "req-to-token"),
+])
+def test_table_outcome_matches_the_spec_replay(state: ExplorerState, rule: str) -> None:
+    s = state.replace(rule=rule)
+    view = explore(s, with_figure=False)
+    g = table_case(s).geometry
+    expected = reference.predict_table_probe(
+        s.component, rule, s.context_len, s.page_size, s.draft_tokens,
+        reference.request_table_width(s.context_len, s.page_size, s.draft_tokens), s.mode, [longest_seq_len(s)],
+    )
+    assert view.result is not None
+    assert (view.result.outcome.value, view.result.error) == expected
+    assert view.result.request_table_width == g.request_table_width
+    assert view.summary.startswith(expected[0] + ": ")
+
+
+def test_seed_messages_appear_in_the_summary() -> None:
+    npu = explore(NPU_SEED, with_figure=False)
+    assert "The size of tensor a (256) must match the size of tensor b (257)" in npu.summary
+    dsa = explore(DSA_SEED, with_figure=False)
+    assert "The size of tensor a (90006) must match the size of tensor b (90007)" in dsa.summary
+
+
+@pytest.mark.parametrize(("gather", "spare", "outcome"), [
+    ("npu-legacy", 0, "index-error"), ("npu-clamped", 0, "ok"), ("cuda-masked", 0, "ok"),
+    ("npu-legacy", 1, "ok"), ("npu-legacy", -1, "out-of-memory"), ("cuda-masked", -1, "silent-overread"),
+])
+def test_allocator_state_matches_the_reference_gather(gather: str, spare: int, outcome: str) -> None:
+    state = ExplorerState(component="allocator", page_size=4, gather=gather, spare_pages=spare)
+    case = allocator_case(state)
+    view = explore(state, with_figure=False)
+    ref_outcome, ref_out, _ = reference.alloc_decode(4, list(case.seq_lens), list(case.last_loc),
+                                                     list(case.free_pages), gather)
+    assert ref_outcome == outcome
+    assert view.result is not None and view.result.outcome.value == outcome
+    if outcome == "ok":
+        assert view.result.out_cache_loc == ref_out
+
+
+def test_impossible_states_are_explained_not_raised() -> None:
+    view = explore(NPU_SEED.replace(draft_tokens=0), with_figure=False)
+    assert view.summary.startswith("invalid: target-verify needs draft tokens")
+    view = explore(NPU_SEED.replace(context_len=0), with_figure=False)
+    assert view.result is None and view.summary == "invalid: context_len: 0 is out of range (allowed: 1 to 16777216)"
+
+
+def test_figure_is_the_request_trace_of_the_state() -> None:
+    view = explore(ExplorerState(context_len=300, page_size=16, draft_tokens=4))
+    assert view.figure is not None and len(view.figure.data) >= 1
+    assert table_case(ExplorerState(context_len=300, page_size=16, draft_tokens=4)).mode is Mode.TARGET_VERIFY
+
+
+def test_widgets_redraw_on_every_control() -> None:
+    pytest.importorskip("ipywidgets")
+    ui = Explorer(ExplorerState(context_len=300, page_size=16, draft_tokens=4))
+    assert ui.view is not None and ui.view.result is not None
+    # ctx 300, ps 16, D 4: context gives 19 pages = 304 tokens; s = 301 reads 305: one page short.
+    assert ui.view.result.outcome.value == "shape-error"
+    assert "shape-error" in ui.outcome.value
+    ui.controls["rule"].value = "req-to-token"
+    assert ui.state.rule == "req-to-token" and ui.view.result.outcome.value == "ok"
+    ui.controls["overshoot"].value = 0
+    assert ui.view.case is not None and ui.view.case.seq_lens == (299,)
+    ui.controls["page_size"].value = 64
+    assert ui.state.page_size == 64 and ui.view.result.buffer_width == ui.view.result.request_table_width // 64 + 1
+    assert set(ui.controls) == {"page_size", "context_len", "draft_tokens", "overshoot", "rule", "mode", "width_gen"}
+
+
+def test_allocator_widgets_offer_gather_and_batch() -> None:
+    pytest.importorskip("ipywidgets")
+    ui = Explorer(ExplorerState(component="allocator", page_size=4, max_batch=4))
+    assert ui.view is not None and ui.view.result is not None and ui.view.result.outcome.value == "index-error"
+    ui.controls["gather"].value = "npu-clamped"
+    assert ui.view.result.outcome.value == "ok"
+    ui.controls["batch"].value = "all open"
+    assert ui.view.case is not None and ui.view.case.seq_lens == (5, 9, 13, 17)

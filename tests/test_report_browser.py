@@ -1,0 +1,109 @@
+"""The design-review report, opened in a real headless Chromium.
+
+The report is built the way ``make report`` builds it (every notebook through papermill, here
+with each notebook's small test parameters), then Debian's ``chromium`` loads ``index.html`` from
+disk with every network request refused: each figure must have drawn its SVG and the console must
+show no error. Without Chromium or playwright the test is skipped with a message saying how to
+enable it; no browser is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from workbench.report import NO_CHROMIUM, NOTEBOOKS_DIR, build_report, export_pngs, find_chromium
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]
+ENABLE = "install Debian's chromium (apt-get install -y chromium; .ci/run does it) and the test extra (playwright)"
+
+
+def _chromium() -> str:
+    browser = find_chromium()
+    if browser is None:
+        pytest.skip(f"no Chromium found: {ENABLE}")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip(f"playwright is not installed: {ENABLE}")
+    return browser
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _chromium()
+    out = tmp_path_factory.mktemp("report")
+    runs = build_report(out, "cpu", io.StringIO(), small=True)
+    assert runs and all(run.error is None for run in runs), [run.error for run in runs]
+    return out
+
+
+def test_every_figure_renders_without_console_errors(report_dir: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    figures = sorted(path.stem for path in (report_dir / "figures").glob("*.json"))
+    assert figures, "the notebooks wrote no figures"
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            def refuse_network(route: object) -> None:  # the page must not need the network
+                url = route.request.url  # type: ignore[attr-defined]
+                if url.startswith("file:"):
+                    route.continue_()  # type: ignore[attr-defined]
+                else:
+                    requests.append(url)
+                    route.abort()  # type: ignore[attr-defined]
+
+            page.route("**/*", refuse_network)
+            page.goto((report_dir / "index.html").as_uri(), wait_until="load")
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(figures)}", timeout=30_000
+            )
+            drawn = page.evaluate(
+                "Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                ".filter(d => d.querySelector('.main-svg') && d.getBoundingClientRect().height > 100)"
+                ".map(d => d.id)"
+            )
+            links = page.evaluate("Array.from(document.querySelectorAll('#notebooks a')).map(a => a.getAttribute('href'))")
+        finally:
+            browser.close()
+    assert sorted(drawn) == [f"fig-{name}" for name in figures]
+    assert errors == []
+    assert requests == []
+    notebooks = sorted(path.name for path in NOTEBOOKS_DIR.glob("*.ipynb"))
+    assert [Path(link).with_suffix(".ipynb").name for link in links] == notebooks
+    assert all((report_dir / link).is_file() for link in links)
+
+
+def test_pngs_exported_for_every_figure(report_dir: Path) -> None:
+    figures = sorted(path.stem for path in (report_dir / "figures").glob("*.json"))
+    pngs = sorted(path.stem for path in (report_dir / "png").glob("*.png"))
+    assert pngs == figures
+    for png in (report_dir / "png").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chromium_lookup_honours_browser_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "chrome"
+    fake.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("BROWSER_PATH", str(fake))
+    assert find_chromium() == str(fake)
+    monkeypatch.delenv("BROWSER_PATH")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert find_chromium() is None
+    figure = tmp_path / "figures" / "00_x.json"
+    figure.parent.mkdir()
+    figure.write_text("{}")
+    assert export_pngs([figure], tmp_path / "png") == ([], NO_CHROMIUM)
+    assert not (tmp_path / "png").exists()

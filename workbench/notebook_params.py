@@ -1,0 +1,91 @@
+"""Parameter checks shared by the notebooks.
+
+Every notebook starts with a papermill ``parameters`` cell and then calls these functions, so a
+bad value (a typo in ``-p page_sizes ...``, a rule that does not exist) stops the run at the
+second cell with one line naming the parameter and what is allowed, instead of failing deep
+inside a sweep. Each check returns the value in the shape the library wants (tuples, a resolved
+device string, a created ``Path``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from workbench.device import DEVICE_CHOICES, resolve_device
+
+
+class ParameterError(ValueError):
+    """A notebook parameter the notebook cannot run with; the message names it."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_list(name: str, value: object) -> list[object]:
+    # papermill passes YAML/JSON lists; a bare scalar is accepted as a one-element list.
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, (int, str)):
+        items = [value]
+    else:
+        raise ParameterError(f"{name}: {value!r} is not a list")
+    if not items:
+        raise ParameterError(f"{name}: the list is empty (give at least one value)")
+    return items
+
+
+def check_int(name: str, value: object, low: int, high: int) -> int:
+    """One integer in ``[low, high]``."""
+    if not _is_int(value):
+        raise ParameterError(f"{name}: {value!r} is not an integer (allowed: {low} to {high})")
+    assert isinstance(value, int)
+    if not low <= value <= high:
+        raise ParameterError(f"{name}: {value} is out of range (allowed: {low} to {high})")
+    return value
+
+
+def check_ints(name: str, value: object, low: int, high: int) -> tuple[int, ...]:
+    """A non-empty list of integers in ``[low, high]``, sorted and without repeats."""
+    items = [check_int(f"{name}[{i}]", item, low, high) for i, item in enumerate(_as_list(name, value))]
+    return tuple(sorted(set(items)))
+
+
+def check_choices(name: str, value: object, allowed: Iterable[str]) -> tuple[str, ...]:
+    """A non-empty list of names from ``allowed``, in the order ``allowed`` gives them."""
+    options = tuple(allowed)
+    items = _as_list(name, value)
+    for item in items:
+        if item not in options:
+            raise ParameterError(f"{name}: {item!r} is not one of {', '.join(options)}")
+    return tuple(option for option in options if option in items)
+
+
+def check_choice(name: str, value: object, allowed: Iterable[str]) -> str:
+    options = tuple(allowed)
+    if value not in options:
+        raise ParameterError(f"{name}: {value!r} is not one of {', '.join(options)}")
+    assert isinstance(value, str)
+    return value
+
+
+def check_device(value: object) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``npu``, resolved to the device the tensors will live on."""
+    name = check_choice("device", value, DEVICE_CHOICES)
+    try:
+        return str(resolve_device(name))
+    except ValueError as err:  # e.g. "cuda" asked for on a machine without one
+        raise ParameterError(str(err)) from None  # the message already names "device"
+
+
+def check_output_dir(value: object) -> Path:
+    """The output folder (created), with its ``figures/`` subfolder where notebooks write figures."""
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise ParameterError(f"output_dir: {value!r} is not a folder name")
+    path = Path(value)
+    try:
+        (path / "figures").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ParameterError(f"output_dir: cannot create {str(path)!r} ({err.strerror})") from None
+    return path
