@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -10,9 +11,10 @@ from typing import IO, NoReturn
 
 from workbench.boundary import Boundary, BoundaryError, find_boundary
 from workbench.cases import COMPONENTS, TABLE_COMPONENTS, CaseError, TableCase, parse_case, parse_component
-from workbench.device import DEVICE_CHOICES, resolve_device
+from workbench.device import DEVICE_CHOICES, one_torch_thread, select_device
 from workbench.outcome import Outcome, ProbeResult
 from workbench.probe import probe
+from workbench.workload import add_simulate_flags, simulation_from_args
 
 EXIT_BAD_INPUT = 2
 
@@ -80,7 +82,48 @@ def build_parser() -> argparse.ArgumentParser:
     _add_case_flags(boundary_parser, with_seq_lens=False)
     report = sub.add_parser("report", help="the main job: seed cases and their boundaries")
     report.add_argument("--out", default="reports", help="output folder (default reports/)")
+    check = sub.add_parser("hardware-check", help="the fixed device suite: seeds by graph replay, measured bytes, replay cost")
+    check.add_argument("--out", default="data/hardware", help="output folder (default data/hardware/)")
+    check.add_argument("--quick", action="store_true", help="a small suite of the same sections (seconds on a CPU)")
+    check.add_argument("--repeats", type=int, help="timed runs per replay step (default 20, quick 3)")
+    check.add_argument("--timeout", type=float, default=120.0, help="seconds per isolated probe (default 120)")
+    simulate = sub.add_parser("simulate", help="seeded serving runs: first failing step and request, share of failing runs")
+    add_simulate_flags(simulate)
+    bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
+    bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
+    bench.add_argument("--configs", type=int, default=2000, help="table configurations to verify (default 2000)")
+    bench.add_argument("--step-by-step", type=int, default=20, help="configurations for the slow search (default 20)")
     return parser
+
+
+def _bench(args: argparse.Namespace, out: IO[str]) -> None:
+    from workbench.bench import format_bench, run_bench
+
+    if args.configs < 1 or args.step_by_step < 1 or args.step_by_step > args.configs:
+        raise BadInput("--configs and --step-by-step: 1 <= step-by-step <= configs (allowed: positive integers)")
+    results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step)
+    out.write((json.dumps(results) if args.json else format_bench(results)) + "\n")
+
+
+def _simulate(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    from workbench.simulate import run_cli, write_summary
+
+    try:
+        summaries = run_cli(simulation_from_args(args), device, out)
+        if args.out:
+            out.write(f"wrote {write_summary(summaries, args.out)}\n")
+    except ValueError as err:
+        raise BadInput(str(err)) from None
+
+
+def _hardware_check(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    from workbench.hardware_check import check_and_write, full_suite, quick_suite
+
+    if args.repeats is not None and args.repeats < 1:
+        raise BadInput(f"--repeats: {args.repeats} is out of range (allowed: 1 or more)")
+    suite = quick_suite() if args.quick else full_suite()
+    suite = dataclasses.replace(suite, repeats=args.repeats or suite.repeats, timeout_s=args.timeout)
+    check_and_write(device, args.out, suite, out)
 
 
 # ---- results -----------------------------------------------------------------------------------
@@ -188,18 +231,12 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
-        device = str(resolve_device(args.device))
-        if args.command == "report":
-            from workbench.report import run_report
-
-            run_report(args.out, device, out)
-        elif args.cases is not None:
-            if args.component is not None:
-                raise BadInput("give either a component with flags or --cases FILE, not both")
-            run = probe_record if args.command == "probe" else boundary_record
-            _run_cases(args.cases, run, device, out)
-        else:
-            _run_single(args, device, out)
+        selection = select_device(args.device)
+        if args.device == "auto":  # say what was found, on stderr so the results stay clean
+            print(f"workbench: {selection.summary}", file=sys.stderr)
+        device = str(selection.device)
+        with one_torch_thread():  # probes move a row at a time: threads only add hand-off cost
+            _dispatch(args, device, out)
     except (BadInput, ValueError) as err:
         print(f"workbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -208,6 +245,25 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return 130
     return 0
 
+
+def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    if args.command == "bench":
+        _bench(args, out)
+    elif args.command == "report":
+        from workbench.report import run_report
+
+        run_report(args.out, device, out)
+    elif args.command == "hardware-check":
+        _hardware_check(args, device, out)
+    elif args.command == "simulate":
+        _simulate(args, device, out)
+    elif args.cases is not None:
+        if args.component is not None:
+            raise BadInput("give either a component with flags or --cases FILE, not both")
+        run = probe_record if args.command == "probe" else boundary_record
+        _run_cases(args.cases, run, device, out)
+    else:
+        _run_single(args, device, out)
 
 if __name__ == "__main__":
     sys.exit(main())

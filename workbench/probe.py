@@ -1,6 +1,6 @@
 """Execute one engine step on real tensors and say what it came to.
 
-A probe builds the state the engine would be in (a request table filled from a real allocator,
+A probe builds the state the engine would be in (a request table filled as a fresh allocator fills it,
 buffers sized by the rule), runs the replay or the allocation exactly as the engine does, and
 classifies what happened. Errors are torch's own: a failed ``copy_`` is a shape error, a gather
 past its tensor an index error. What torch cannot see (a kernel reading past a truncated row, a
@@ -9,12 +9,16 @@ kernel reading past the free list) is checked afterwards and reported as a silen
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import torch
 
 from workbench.allocator import PagedAllocator, pages_needed_for_decode
 from workbench.cases import AllocatorCase, Case, TableCase
 from workbench.dsa_page_table import DsaPageTable, tokens_per_request
-from workbench.geometry import Mode
+from workbench.geometry import Mode, cdiv
+from workbench.graph import CapturedRead, choose_path
 from workbench.npu_block_table import NpuBlockTables, lockstep_full_to_swa
 from workbench.outcome import Outcome, ProbeResult, invalid
 from workbench.request_table import RequestTable
@@ -65,27 +69,37 @@ def probe_table(case: TableCase, device: torch.device | str = "cpu") -> ProbeRes
     g = case.geometry
     width = g.request_table_width
     reads = [step_reads(case, s) for s in case.seq_lens]
-    # Each request holds slots for every position the step touches (verify writes its D drafts).
-    table = RequestTable.with_requests([min(r, width) for r in reads], width, g.page_size, device)
+    # Each request holds slots for every position the step touches (verify writes its D drafts),
+    # page aligned, exactly as a fresh allocator fills them (RequestTable.fresh_pool).
+    lengths = [min(r, width) for r in reads]
+    table = _PoolTable(RequestTable.fresh_pool(lengths, width, g.page_size, device),
+                       sum(cdiv(n, g.page_size) for n in lengths), g.page_size)
     rows = list(range(1, len(case.seq_lens) + 1))
+    replay = _replay_npu if case.component == "npu-block-table" else _replay_dsa
+    path = choose_path(device)  # a captured graph on CUDA / NPU, the same read run eagerly on the CPU
+    outcome, error = classify_replay(case.component, lambda: replay(case, table, rows, device, path)[1], reads)
+    return _result(case, outcome, error, _buffer_width(case), max(reads), device, path)
+
+
+def classify_replay(component: str, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
+    """Run ``replay`` (it returns the tokens a buffer row covers) and classify it as a probe does.
+
+    A ``copy_`` that raises is a shape error, a gather past its tensor an index error; a replay
+    that succeeds while some request reads more tokens than its row covers is a silent over-read.
+    Shared with the serving-run simulation, so a run and a probe of the same state agree.
+    """
     try:
-        if case.component == "npu-block-table":
-            buffer_width, capacity = _replay_npu(case, table, rows, device)
-        else:
-            buffer_width, capacity = _replay_dsa(case, table, rows, device)
+        capacity = replay()
     except RuntimeError as err:
-        return _result(case, Outcome.SHAPE_ERROR, str(err), _buffer_width(case), max(reads), device)
+        return Outcome.SHAPE_ERROR, str(err)
     except IndexError as err:
-        return _result(case, Outcome.INDEX_ERROR, str(err), _buffer_width(case), max(reads), device)
+        return Outcome.INDEX_ERROR, str(err)
     over = [(i, r) for i, r in enumerate(reads) if r > capacity]
     if over:
         row, r = over[0]
-        name = "block_tables" if case.component == "npu-block-table" else "page_table"
-        message = (
-            f"silent over-read: request {row} reads {r} tokens but its {name} row covers {capacity}"
-        )
-        return _result(case, Outcome.SILENT_OVERREAD, message, buffer_width, max(reads), device)
-    return _result(case, Outcome.OK, None, buffer_width, max(reads), device)
+        name = "block_tables" if component == "npu-block-table" else "page_table"
+        return Outcome.SILENT_OVERREAD, f"silent over-read: request {row} reads {r} tokens but its {name} row covers {capacity}"
+    return Outcome.OK, None
 
 
 def _buffer_width(case: TableCase) -> int:
@@ -93,40 +107,72 @@ def _buffer_width(case: TableCase) -> int:
     return rules[case.rule](case.geometry)
 
 
-def _replay_npu(case: TableCase, table: RequestTable, rows: list[int], device: torch.device | str) -> tuple[int, int]:
-    """Replay; returns the width in pages and the tokens a row of it covers."""
+@dataclass(frozen=True)
+class _PoolTable:
+    """A probe's request table and the size of the fresh pool that filled it."""
+
+    req_to_token: torch.Tensor  # (bs + 1, W) int32
+    num_pages: int
+    page_size: int
+
+
+def _replay_npu(
+    case: TableCase, table: _PoolTable, rows: list[int], device: torch.device | str, path: str = "auto"
+) -> tuple[int, int]:
+    """Replay, then the kernel-like read; returns the width in pages and the tokens a row of it covers."""
     g = case.geometry
     buffers = NpuBlockTables.allocate(g, case.rule, rows=len(rows), hybrid_swa=case.hybrid_swa, device=device)
+    read = CapturedRead.capture(buffers.block_tables, g.page_size, _num_slots(table), path=path)
     full_to_swa = None
     if case.hybrid_swa:
-        full_to_swa = lockstep_full_to_swa(table.allocator.num_pages, g.page_size, device)
+        full_to_swa = lockstep_full_to_swa(table.num_pages, g.page_size, device)
     buffers.replay(
         table.req_to_token, rows, list(case.seq_lens), case.mode,
         draft_tokens=g.draft_tokens, step_id=case.step_id, full_to_swa=full_to_swa,
-    )
+    )  # the host-side copy_: a shape error is raised here, before any replay
+    read.run([step_reads(case, s) for s in case.seq_lens])  # one block-table row per request
     return buffers.width_pages, buffers.width_pages * g.page_size
 
 
-def _replay_dsa(case: TableCase, table: RequestTable, rows: list[int], device: torch.device | str) -> tuple[int, int]:
-    """Replay; returns the width in tokens, which is also what a row covers."""
+def _replay_dsa(
+    case: TableCase, table: _PoolTable, rows: list[int], device: torch.device | str, path: str = "auto"
+) -> tuple[int, int]:
+    """Replay, then the kernel-like read; returns the width in tokens, which is also what a row covers.
+
+    The engine's verify graph has ``bs * D`` query rows, each a copy of its request's row. Rows
+    change neither whether the copy fails nor torch's message, except when the destination is one
+    column wide (torch then names the shapes, rows included), so the probe replays one query row
+    per request unless the buffer is that narrow: a 1M-token verify then moves 4 MB, not 4 MB * D.
+    """
     g = case.geometry
-    num_rows = len(rows) * tokens_per_request(g, case.mode, case.accept_len)
-    buffers = DsaPageTable.allocate(g, case.rule, rows=num_rows, device=device)
+    per_request = tokens_per_request(g, case.mode, case.accept_len)
+    if DSA_PAGE_TABLE_RULES[case.rule](g) > 1:
+        per_request = 1
+    buffers = DsaPageTable.allocate(g, case.rule, rows=len(rows) * per_request, device=device)
+    # page_table maps token positions to slots: one entry per token, so page size 1 for the read
+    read = CapturedRead.capture(buffers.page_table, 1, _num_slots(table), path=path)
     buffers.replay(
         table.req_to_token, rows, list(case.seq_lens), case.mode,
-        draft_tokens=g.draft_tokens, accept_len=case.accept_len, replay=case.replay,
-    )
+        draft_tokens=g.draft_tokens, accept_len=case.accept_len, replay=case.replay, query_rows=per_request,
+    )  # the host-side copy_: a shape error is raised here, before any replay
+    read.run([step_reads(case, s) for s in case.seq_lens for _ in range(per_request)])  # rows as repeat_interleave
     # The kernels read page ids through the page-level table: cdiv(B, ps) pages of ps tokens
     # cover more than B tokens, but only the first B were copied from the request table.
     return buffers.width_tokens, buffers.width_tokens
 
 
+def _num_slots(table: _PoolTable) -> int:
+    """KV slots of the request table's pool: pages 0..num_pages of ps slots each."""
+    return (table.num_pages + 1) * table.page_size
+
+
 def _result(
-    case: TableCase, outcome: Outcome, error: str | None, width: int, reads: int, device: torch.device | str
+    case: TableCase, outcome: Outcome, error: str | None, width: int, reads: int, device: torch.device | str,
+    path: str = "eager",
 ) -> ProbeResult:
     return ProbeResult(
         outcome, error, buffer_width=width, request_table_width=case.geometry.request_table_width,
-        reads=reads, device=str(torch.device(device)),
+        reads=reads, device=str(torch.device(device)), path=path,
     )
 
 

@@ -1,0 +1,141 @@
+"""``workbench bench``: how fast the workbench answers, measured, printed, never asserted.
+
+Each number says what was timed: the vectorized closed form over a large random grid, the fast
+verified search (closed form + two executed probes) over a grid of table configurations, the
+step-by-step search against it on a subset (with identical answers asserted), the allocator's
+``alloc_decode`` at batch 256 per gather, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.allocator import Gather, PagedAllocator
+from workbench.boundary import fast_boundary, step_by_step_boundary
+from workbench.cases import TableCase
+from workbench.closed_form import first_failing_seq_len
+from workbench.dsa_page_table import Replay
+from workbench.geometry import Mode, ServingGeometry
+from workbench.rules import RULE_NAMES
+
+REALISTIC_CONTEXTS = (4096, 32768, 90000, 131072, 163840, 202752, 1048576)
+
+
+def bench_cases(num_configs: int, seed: int = 0) -> list[TableCase]:
+    """Valid table configurations: every component, rule, mode and width generation, with
+    realistic and random context lengths up to 1M tokens."""
+    rng = random.Random(seed)
+    cases: list[TableCase] = []
+    while len(cases) < num_configs:
+        component = rng.choice(("npu-block-table", "dsa-page-table"))
+        ctx = rng.choice(REALISTIC_CONTEXTS) if rng.random() < 0.5 else rng.randint(64, 1 << 20)
+        d = rng.choice((0, 4, 6, 8, 16))
+        g = ServingGeometry(context_len=ctx, page_size=rng.choice((1, 64, 128, 256)), draft_tokens=d,
+                            spec_steps=rng.choice((1, 3, 5)), spec_topk=rng.choice((1, 4, 10)),
+                            draft_has_kv=rng.random() < 0.7, width_gen=rng.choice(("g1", "g2", "g3")))
+        modes = [Mode.DECODE] + ([Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND] if d else [])
+        if d and component == "npu-block-table":
+            modes.append(Mode.DRAFT_DECODE)
+        mode = rng.choice(modes)
+        replay = rng.choice(list(Replay)) if component == "dsa-page-table" else Replay.DYNAMIC
+        step_id = rng.randrange(g.spec_steps) if mode is Mode.DRAFT_DECODE else 0
+        cases.append(TableCase(component=component, geometry=g, rule=rng.choice(RULE_NAMES), mode=mode,
+                               step_id=step_id, replay=replay))
+    return cases
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def closed_form_rate(num_configs: int = 1_000_000, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    columns = {
+        "component": rng.choice(["npu-block-table", "dsa-page-table"], num_configs),
+        "rule": rng.choice(list(RULE_NAMES), num_configs),
+        "mode": rng.choice(["decode", "target-verify", "draft-extend"], num_configs),
+        "width_gen": rng.choice(["g1", "g2", "g3"], num_configs),
+        "context_len": rng.integers(64, 1 << 20, num_configs),
+        "page_size": rng.choice([1, 64, 128, 256], num_configs),
+        "draft_tokens": rng.integers(1, 17, num_configs),
+        "spec_steps": rng.integers(1, 6, num_configs),
+        "spec_topk": rng.integers(1, 11, num_configs),
+        "draft_has_kv": rng.random(num_configs) < 0.7,
+        "step_id": np.zeros(num_configs, dtype=np.int64),
+    }
+    return num_configs / _seconds(lambda: first_failing_seq_len(columns))
+
+
+def alloc_decode_us(gather: Gather, batch: int = 256, page_size: int = 64, repeats: int = 200) -> float:
+    """Microseconds per ``alloc_decode`` call on a batch where every 8th row opens a page."""
+    seq_lens = [page_size * 3 + (1 if row % 8 == 0 else 5) for row in range(batch)]
+    last_loc = [(row + 1) * page_size + (s - 2) % page_size for row, s in zip(range(batch), seq_lens)]
+    pages_needed = sum(1 for s in seq_lens if s % page_size == 1)
+    seq_t = torch.tensor(seq_lens)
+    last_t = torch.tensor(last_loc)
+    total = 0.0
+    for _ in range(repeats):
+        alloc = PagedAllocator(page_size, batch + 2 * pages_needed)
+        alloc.free_pages = alloc.free_pages[batch:]  # rows hold pages 1..batch
+        start = time.perf_counter()
+        alloc.alloc_decode(seq_t, last_t, gather)
+        total += time.perf_counter() - start
+    return total / repeats * 1e6
+
+
+def run_bench(num_configs: int = 2000, step_by_step_configs: int = 20, seed: int = 0) -> dict[str, Any]:
+    cases = bench_cases(num_configs, seed)
+    verified = _seconds(lambda: [fast_boundary(case) for case in cases])
+    subset = cases[:step_by_step_configs]
+    fast_answers: list[int | None] = []
+    slow_answers: list[int | None] = []
+    fast_s = _seconds(lambda: fast_answers.extend(fast_boundary(c).first_failing_seq_len for c in subset))
+    slow_s = _seconds(lambda: slow_answers.extend(step_by_step_boundary(c) for c in subset))
+    if fast_answers != slow_answers:
+        raise AssertionError("the step-by-step and fast searches disagree: a modelling bug")
+    results: dict[str, Any] = {
+        "machine": f"{sys.platform}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+        "verified_configs": num_configs,
+        "verified_seconds": round(verified, 3),
+        "verified_configs_per_s": round(num_configs / verified, 1),
+        "closed_form_configs_per_s": round(closed_form_rate(), 0),
+        "step_by_step_configs": len(subset),
+        "step_by_step_over_fast": round(slow_s / fast_s, 1),
+        "alloc_decode_us_batch_256": {g.value: round(alloc_decode_us(g), 1) for g in Gather},
+        "simulated_requests_per_s": _simulated_requests_per_s(),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    return results
+
+
+def _simulated_requests_per_s(seeds: int = 10) -> float:
+    """Requests retired per second by the lifecycle simulation, over seeded runs of both
+    scenarios (QwQ verify near the context under req-to-token; exact-fit decode, npu-clamped)."""
+    from workbench.simulate import simulate
+    from workbench.workload import exact_fit_scenario, qwq_scenario
+
+    scenarios = [qwq_scenario(rule="req-to-token"), exact_fit_scenario(gather=Gather.NPU_CLAMPED)]
+    requests = 0
+    start = time.perf_counter()
+    for config, workload in scenarios:
+        for seed in range(seeds):
+            requests += len(simulate(config, workload, seed).requests)
+    return round(requests / (time.perf_counter() - start), 1)
+
+
+def format_bench(results: dict[str, Any]) -> str:
+    lines = [f"{key:<28} {value}" for key, value in results.items()]
+    return "\n".join(lines)
+
+
+__all__ = ["bench_cases", "format_bench", "run_bench"]
