@@ -118,3 +118,14 @@ def test_npu_suite() -> None:
     if not find_npu().available:
         pytest.skip("no Ascend NPU (torch_npu with its runtime)")
     _device_memory_check("npu")
+
+
+def test_memory_overlay_puts_measured_bytes_next_to_the_prediction(written: tuple[Path, pd.DataFrame, str]) -> None:
+    from workbench.hardware_check import memory_overlay
+    from workbench.memory import memory_table
+
+    hardware = written[1]
+    overlay = memory_overlay(memory_table(quick_suite().presets), hardware)
+    assert len(overlay) == len(hardware[hardware.section == "memory"])
+    # on the CPU the storage of a full-size buffer is exactly rows x width x 4 bytes: the prediction
+    assert (overlay["measured_over_predicted"] == 1.0).all()

@@ -203,3 +203,25 @@ def test_request_trace_follows_one_request_to_the_bound() -> None:
     assert (trace.buffer_capacity_tokens == 256).all() and (trace.request_table_width == 276).all()
     assert trace[trace.outcome != "ok"].seq_len.min() == 241  # B * ps - D + 1
     assert set(trace[trace.seq_len >= 241].outcome) == {"shape-error"}
+
+
+def test_exact_fit_sweep_runs_device_probes_through_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off the CPU every allocator probe goes through the child-process path; the records it
+    returns (here produced in-process by the same child target) become the sweep's rows."""
+    from workbench import isolation
+    from workbench.sweep import allocator_exact_fit_sweep
+
+    calls: list[dict] = []
+
+    def fake_run_isolated(target, payload, *, timeout_s):  # type: ignore[no-untyped-def]
+        calls.append(dict(payload))
+        return target({**payload, "device": "cpu"})
+
+    monkeypatch.setattr(isolation, "run_isolated", fake_run_isolated)
+    monkeypatch.setattr(isolation, "needs_isolation", lambda case, device: True)
+    isolated = allocator_exact_fit_sweep(page_sizes=(4,), max_batch=3, gathers=("npu-legacy",), device="cpu")
+    monkeypatch.undo()
+    direct = allocator_exact_fit_sweep(page_sizes=(4,), max_batch=3, gathers=("npu-legacy",), device="cpu")
+    assert len(calls) == len(direct) > 0
+    pd.testing.assert_frame_equal(isolated.drop(columns="out_cache_loc"), direct.drop(columns="out_cache_loc"))
+    assert "index-error" in set(isolated.outcome)

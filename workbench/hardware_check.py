@@ -288,6 +288,20 @@ def load_hardware_results(folder: str | Path = DEFAULT_FOLDER) -> pd.DataFrame |
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
 
+def memory_overlay(memory: pd.DataFrame, hardware: pd.DataFrame) -> pd.DataFrame:
+    """The notebooks' overlay: ``memory_table`` rows next to the bytes a device measured.
+
+    One row per preset x component x rule x device found in both frames, with the measured bytes,
+    how they were measured, and ``measured_over_predicted`` (1.0 where the device allocator took
+    exactly the predicted bytes).
+    """
+    measured = hardware[hardware["section"] == "memory"].rename(columns={"name": "preset"})
+    keep = ["preset", "component", "rule", "device_name", "measured_bytes", "measure_method"]
+    merged = memory.merge(measured[[c for c in keep if c in measured.columns]], on=["preset", "component", "rule"])
+    merged["measured_over_predicted"] = merged["measured_bytes"] / merged["bytes"]
+    return merged
+
+
 def summary_lines(frame: pd.DataFrame) -> list[str]:
     """A short text view: seed outcomes, measured against predicted bytes, replay cost per rule."""
     lines = []

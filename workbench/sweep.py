@@ -30,6 +30,7 @@ from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 import workbench
 from workbench import boundary as boundary_module
+from workbench import isolation
 from workbench.allocator import Gather
 from workbench.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
 from workbench.device import one_torch_thread
@@ -46,7 +47,7 @@ from workbench.geometry import (
     ServingGeometry,
 )
 from workbench.memory import buffer_bytes, min_safe_bytes, rule_width
-from workbench.probe import probe, probe_table, table_case_problem
+from workbench.probe import probe_table, table_case_problem
 from workbench.rules import RULE_NAMES
 
 # Short realistic context lengths (4096, 8192: common --context-length settings) and two fixed
@@ -402,14 +403,25 @@ def _exact_fit_rows(gathers: Sequence[Gather], page_sizes: Sequence[int], max_ba
             for name, opens in batch_compositions(max_batch).items():
                 needed = sum(opens)
                 for num_free in range(needed + 3):
-                    result = probe(exact_fit_case(gather, ps, opens, num_free), device)
+                    record = _isolated_record(exact_fit_case(gather, ps, opens, num_free), device)
                     rows.append({
                         "gather": gather.value, "page_size": ps, "batch": name,
                         "pattern": "".join("o" if o else "." for o in opens), "batch_size": len(opens),
-                        "pages_needed": needed, "free_pages": num_free, "outcome": result.outcome.value,
-                        "error": result.error, "out_cache_loc": result.out_cache_loc,
+                        "pages_needed": needed, "free_pages": num_free, "outcome": record["outcome"],
+                        "error": record["error"], "out_cache_loc": record.get("out_cache_loc"),
                     })
     return rows
+
+
+def _isolated_record(case: AllocatorCase, device: str) -> dict[str, object]:
+    """The probe's record: in-process on the CPU; in a spawned child where an out-of-bounds gather
+    is a device-side assert (CUDA) or an AI Core error (NPU) that would poison this process, so the
+    sweep records the device's own message and goes on."""
+    data = {
+        "component": "allocator", "gather": case.gather.value, "page_size": case.page_size,
+        "seq_lens": list(case.seq_lens), "last_loc": list(case.last_loc), "free_pages": list(case.free_pages),
+    }
+    return dict(isolation.isolated_probe(data, device))
 
 
 # ---- one request over time ------------------------------------------------------------------------
