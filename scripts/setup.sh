@@ -40,6 +40,6 @@ if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$VENV/bin/python" -c 'import torch' >/dev/
     echo "setup: installing ${WORKBENCH_TORCH:-torch==2.13.0}"
     "${pip[@]}" "${WORKBENCH_TORCH:-torch==2.13.0}"
 fi
-echo "setup: installing workbench with the notebook and test extras"
-"${pip[@]}" -e ".[notebooks,test]"
+echo "setup: installing workbench with the notebook, test and ray extras"
+"${pip[@]}" -e ".[notebooks,test,ray]"
 touch "$STAMP"

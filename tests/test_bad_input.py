@@ -39,6 +39,10 @@ CLI_CASES = [
     (["probe", "npu-block-table", "--cases", "-"], "give either a component with flags or --cases FILE, not both"),
     (["--device", "tpu", "probe"], "argument --device: invalid choice: 'tpu'"),
     (["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+    (["sweep", "--rules", "widest"], "rules: 'widest' is not one of context, context-plus-draft, req-to-token"),
+    (["sweep", "--executor", "dask"], "executor: 'dask' is not one of auto, serial, process, ray"),
+    (["sweep", "--out", "result.txt"], "--out: 'result.txt' must end in .parquet or .csv"),
+    (["bench", "--configs", "0"], "--configs and --step-by-step"),
 ]
 
 

@@ -1,13 +1,15 @@
 """``workbench bench``: how fast the workbench answers, measured, printed, never asserted.
 
 Each number says what was timed: the vectorized closed form over a large random grid, the fast
-verified search (closed form + two executed probes) over a grid of table configurations, the
+verified search (closed form + two executed probes) over a grid of table configurations (on every
+core, worker start-up included), the
 step-by-step search against it on a subset (with identical answers asserted), the allocator's
 ``alloc_decode`` at batch 256 per gather, and the process's peak RSS.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import resource
 import sys
@@ -23,6 +25,7 @@ from workbench.boundary import fast_boundary, step_by_step_boundary
 from workbench.cases import TableCase
 from workbench.closed_form import first_failing_seq_len
 from workbench.dsa_page_table import Replay
+from workbench.executors import Executor, run_chunks
 from workbench.geometry import Mode, ServingGeometry
 from workbench.rules import RULE_NAMES
 
@@ -93,9 +96,17 @@ def alloc_decode_us(gather: Gather, batch: int = 256, page_size: int = 64, repea
     return total / repeats * 1e6
 
 
-def run_bench(num_configs: int = 2000, step_by_step_configs: int = 20, seed: int = 0) -> dict[str, Any]:
+def verify_chunk(cases: list[TableCase]) -> list[int | None]:
+    """Find and confirm each case's boundary (a top-level function: pools and Ray can run it)."""
+    return [fast_boundary(case).first_failing_seq_len for case in cases]
+
+
+def run_bench(num_configs: int = 2000, step_by_step_configs: int = 20, seed: int = 0,
+              executor: Executor | None = None) -> dict[str, Any]:
     cases = bench_cases(num_configs, seed)
-    verified = _seconds(lambda: [fast_boundary(case) for case in cases])
+    executor = executor or Executor(kind="process")
+    chunks = [(cases[i : i + 100],) for i in range(0, len(cases), 100)]
+    verified = _seconds(lambda: list(run_chunks(verify_chunk, chunks, executor, num_configs=len(cases))))
     subset = cases[:step_by_step_configs]
     fast_answers: list[int | None] = []
     slow_answers: list[int | None] = []
@@ -104,7 +115,8 @@ def run_bench(num_configs: int = 2000, step_by_step_configs: int = 20, seed: int
     if fast_answers != slow_answers:
         raise AssertionError("the step-by-step and fast searches disagree: a modelling bug")
     results: dict[str, Any] = {
-        "machine": f"{sys.platform}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+        "machine": f"{sys.platform}, {os.cpu_count()} cores, torch {torch.__version__}",
+        "executor": f"{executor.resolved(len(cases))} ({executor.num_workers()} workers)",
         "verified_configs": num_configs,
         "verified_seconds": round(verified, 3),
         "verified_configs_per_s": round(num_configs / verified, 1),

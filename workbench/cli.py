@@ -89,11 +89,62 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=120.0, help="seconds per isolated probe (default 120)")
     simulate = sub.add_parser("simulate", help="seeded serving runs: first failing step and request, share of failing runs")
     add_simulate_flags(simulate)
+    sweep = sub.add_parser("sweep", help="boundaries of every configuration of a grid, as a table (parquet/csv)")
+    _add_sweep_flags(sweep)
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=2000, help="table configurations to verify (default 2000)")
     bench.add_argument("--step-by-step", type=int, default=20, help="configurations for the slow search (default 20)")
+    bench.add_argument("--executor", default="process", help="where the verified search runs (default process)")
+    bench.add_argument("--workers", type=int, help="processes (default: every core)")
     return parser
+
+
+_GRID_LISTS = {"components": str, "context_lens": int, "page_sizes": int, "draft_tokens": int, "rules": str,
+               "modes": str, "width_gens": str, "replays": str}
+
+
+def _add_sweep_flags(parser: argparse.ArgumentParser) -> None:
+    for name, kind in _GRID_LISTS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=_int_list if kind is int else _str_list,
+                            help="comma-separated (default: SweepGrid's)")
+    for name in ("overshoot", "spec_steps", "spec_topk", "max_bs"):
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
+    parser.add_argument("--executor", default="auto", help="auto (default), serial, process or ray")
+    parser.add_argument("--workers", type=int, help="processes or Ray CPUs (default: every core)")
+    parser.add_argument("--address", help="a Ray cluster's address (with --executor ray)")
+    parser.add_argument("--cache-dir", default="data/cache", help="checkpoints and cached results (default data/cache)")
+    parser.add_argument("--no-cache", action="store_true", help="compute everything, write no cache")
+    parser.add_argument("--out", help="write the frame to this .parquet or .csv file")
+
+
+def _str_list(text: str) -> list[str]:
+    return [part for part in text.replace(",", " ").split() if part]
+
+
+def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    from workbench.executors import Executor
+    from workbench.sweep import SweepGrid, run_sweep
+
+    changes = {name: getattr(args, name) for name in (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs")
+               if getattr(args, name) is not None}
+    if args.out and not args.out.endswith((".parquet", ".csv")):
+        raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
+    grid = SweepGrid(**changes)
+    executor = Executor(kind=args.executor, workers=args.workers, address=args.address)
+    frame = run_sweep(grid, device=device, cache_dir=None if args.no_cache else args.cache_dir, executor=executor)
+    failing = frame[frame.first_failing_seq_len.notna()]
+    out.write(f"{len(frame)} configurations, all confirmed: {bool(frame.confirmed.all())}; {len(failing)} fail\n")
+    for (component, rule), group in frame.groupby(["component", "rule"]):
+        fails = int(group.first_failing_seq_len.notna().sum())
+        out.write(f"  {component:<16} {rule:<19} {fails:>6} of {len(group):<6} fail\n")
+    if args.out:
+        from pathlib import Path
+
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(path) if args.out.endswith(".parquet") else frame.to_csv(path, index=False)
+        out.write(f"wrote {path}\n")
 
 
 def _bench(args: argparse.Namespace, out: IO[str]) -> None:
@@ -101,7 +152,10 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
 
     if args.configs < 1 or args.step_by_step < 1 or args.step_by_step > args.configs:
         raise BadInput("--configs and --step-by-step: 1 <= step-by-step <= configs (allowed: positive integers)")
-    results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step)
+    from workbench.executors import Executor
+
+    executor = Executor(kind=args.executor, workers=args.workers)
+    results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step, executor=executor)
     out.write((json.dumps(results) if args.json else format_bench(results)) + "\n")
 
 
@@ -249,6 +303,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.command == "bench":
         _bench(args, out)
+    elif args.command == "sweep":
+        _sweep(args, device, out)
     elif args.command == "report":
         from workbench.report import run_report
 

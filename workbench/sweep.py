@@ -35,6 +35,7 @@ from workbench.allocator import Gather
 from workbench.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
 from workbench.device import one_torch_thread
 from workbench.dsa_page_table import Replay
+from workbench.executors import Executor, run_chunks
 from workbench.geometry import (
     MAX_CONTEXT_LEN,
     MAX_DRAFT_TOKENS,
@@ -272,12 +273,10 @@ def cache_paths(grid: SweepGrid, cache_dir: str | Path, device: str, chunk_size:
 
 
 
-def _compute(cases: Sequence[TableCase], grid: SweepGrid, device: str, bar: tqdm) -> pd.DataFrame:
-    rows = []
-    for case in cases:
-        rows.append(sweep_row(case, grid.overshoot, device))
-        bar.update(1)
-    return typed_frame(rows)
+def chunk_rows(cases: Sequence[TableCase], overshoot: int, device: str) -> list[dict[str, object]]:
+    """One chunk's rows: a top-level function, so process pools and Ray tasks can run it."""
+    with one_torch_thread():
+        return [sweep_row(case, overshoot, device) for case in cases]
 
 
 def run_sweep(
@@ -287,10 +286,13 @@ def run_sweep(
     cache_dir: str | Path | None = "data/cache",
     progress: bool = True,
     chunk_size: int = 200,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """One row per configuration of ``grid`` (see ``SWEEP_COLUMNS``); cached and resumable.
 
-    ``cache_dir=None`` computes everything and writes nothing.
+    ``cache_dir=None`` computes everything and writes nothing. ``executor`` chooses where chunks
+    run (default ``Executor()``: every local core for large sweeps, this process for small ones);
+    the frame is the same whichever runs it.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: {chunk_size!r} is out of range (allowed: integers 1 or more)")
@@ -304,22 +306,28 @@ def run_sweep(
             if cached is not None:
                 return cached
         chunk_dir.mkdir(parents=True, exist_ok=True)
-    frames = []
-    with one_torch_thread(), tqdm(total=len(cases), desc="sweep", unit="config", disable=not progress) as bar:
-        for start in range(0, len(cases), chunk_size):
-            chunk = cases[start : start + chunk_size]
-            path = chunk_dir / f"chunk-{start // chunk_size:05d}.parquet" if chunk_dir else None
-            done = None
-            if path is not None and path.exists():
-                done = _read_checked(path, expected[start : start + chunk_size])
-            if done is None:
-                done = _compute(chunk, grid, device, bar)
-                if path is not None:
-                    _write_parquet_atomic(done, path)
-            else:
-                bar.update(len(chunk))
-            frames.append(done)
-    frame = typed_frame(pd.concat(frames, ignore_index=True)) if frames else typed_frame([])
+    starts = range(0, len(cases), chunk_size)
+    frames: dict[int, pd.DataFrame] = {}
+    todo: list[int] = []
+    for number, start in enumerate(starts):
+        path = chunk_dir / f"chunk-{number:05d}.parquet" if chunk_dir else None
+        done = _read_checked(path, expected[start : start + chunk_size]) if path is not None and path.exists() else None
+        if done is None:
+            todo.append(number)
+        else:
+            frames[number] = done
+    args = [(cases[starts[n] : starts[n] + chunk_size], grid.overshoot, device) for n in todo]
+    with tqdm(total=len(cases), desc="sweep", unit="config", disable=not progress) as bar:
+        bar.update(sum(len(f) for f in frames.values()))
+        pending = sum(len(a[0]) for a in args)
+        for index, rows in run_chunks(chunk_rows, args, executor or Executor(), device=device, num_configs=pending):
+            number = todo[index]
+            frames[number] = typed_frame(rows)
+            if chunk_dir is not None:  # checkpoint each chunk as it arrives: nothing lost on interruption
+                _write_parquet_atomic(frames[number], chunk_dir / f"chunk-{number:05d}.parquet")
+            bar.update(len(rows))
+    frames = {n: frames[n] for n in sorted(frames)}
+    frame = typed_frame(pd.concat(list(frames.values()), ignore_index=True)) if frames else typed_frame([])
     if final is not None and chunk_dir is not None:
         _write_parquet_atomic(frame, final)
         shutil.rmtree(chunk_dir, ignore_errors=True)  # the final file holds every chunk now
