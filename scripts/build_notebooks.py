@@ -50,8 +50,13 @@ output_dir = check.check_output_dir(output_dir)
 
 SETUP = code('''
 import pandas as pd
+import plotly.io as pio
 
 from workbench.report import save_figure
+
+# JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
+# show its figures offline too (plotly.js is inlined once per notebook).
+pio.renderers.default = "plotly_mimetype+notebook"
 
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)

@@ -14,9 +14,11 @@ from workbench.cases import COMPONENTS, TABLE_COMPONENTS, CaseError, TableCase, 
 from workbench.device import DEVICE_CHOICES, one_torch_thread, select_device
 from workbench.outcome import Outcome, ProbeResult
 from workbench.probe import probe
+from workbench.report import ReportError
 from workbench.workload import add_simulate_flags, simulation_from_args
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
 
 
 class BadInput(Exception):
@@ -141,9 +143,13 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.out:
         from pathlib import Path
 
+        from workbench.cli_support import atomic_write_parquet, atomic_write_text
+
         path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(path) if args.out.endswith(".parquet") else frame.to_csv(path, index=False)
+        if args.out.endswith(".parquet"):
+            atomic_write_parquet(frame, path)
+        else:
+            atomic_write_text(path, frame.to_csv(index=False))
         out.write(f"wrote {path}\n")
 
 
@@ -294,6 +300,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     except (BadInput, ValueError) as err:
         print(f"workbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except ReportError as err:  # the report was written; some notebook's assertions failed
+        print(f"workbench: {err}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 
 from workbench import __version__
 from workbench.cases import TABLE_COMPONENTS
+from workbench.cli_support import atomic_write_parquet
 from workbench.device import DeviceInfo, accelerator_module, allocated_bytes, device_info, synchronize
 from workbench.dsa_page_table import DsaPageTable, Replay
 from workbench.geometry import Mode, ServingGeometry
@@ -273,11 +273,7 @@ def results_path(info: DeviceInfo, folder: str | Path = DEFAULT_FOLDER) -> Path:
 
 def write_results(frame: pd.DataFrame, path: Path) -> Path:
     """Write through a temporary file and a rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+    return atomic_write_parquet(frame, path)
 
 
 def load_hardware_results(folder: str | Path = DEFAULT_FOLDER) -> pd.DataFrame | None:

@@ -306,5 +306,5 @@ def run_report(out_dir: str, device: str, out: IO[str]) -> None:
         raise ReportError(f"{len(failed)} of {len(runs)} notebooks failed ({names}); see {Path(out_dir) / 'index.html'}")
 
 
-class ReportError(ValueError):
+class ReportError(RuntimeError):
     """The report was written but a notebook failed (the command line prints it and exits non-zero)."""

@@ -47,7 +47,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import torch
 
 from workbench.allocator import Gather, PagedAllocator
-from workbench.cli_support import atomic_write_text
+from workbench.cli_support import atomic_write_parquet, atomic_write_text
 from workbench.device import one_torch_thread
 from workbench.dsa_page_table import DsaPageTable, tokens_per_request
 from workbench.geometry import cdiv
@@ -492,10 +492,7 @@ def write_summary(frame: pd.DataFrame, path: str | Path) -> Path:
     if path.suffix == ".json":
         atomic_write_text(path, frame.to_json(orient="records", indent=2) + "\n")
     elif path.suffix == ".parquet":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(path)
+        atomic_write_parquet(frame, path)
     else:
         raise ValueError(f"out: {str(path)!r} must end in .json or .parquet")
     return path

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import warnings
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,7 @@ from workbench import boundary as boundary_module
 from workbench import isolation
 from workbench.allocator import Gather
 from workbench.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
+from workbench.cli_support import atomic_write_parquet
 from workbench.device import one_torch_thread
 from workbench.dsa_page_table import Replay
 from workbench.executors import Executor, run_chunks
@@ -218,13 +218,6 @@ def typed_frame(rows: list[dict[str, object]] | pd.DataFrame) -> pd.DataFrame:
 # ---- files --------------------------------------------------------------------------------------
 
 
-def _write_parquet_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write beside the target, then rename: a reader sees the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-
-
 Identity = tuple[object, ...]  # the values of the _IDENTITY columns of one configuration
 
 
@@ -324,12 +317,12 @@ def run_sweep(
             number = todo[index]
             frames[number] = typed_frame(rows)
             if chunk_dir is not None:  # checkpoint each chunk as it arrives: nothing lost on interruption
-                _write_parquet_atomic(frames[number], chunk_dir / f"chunk-{number:05d}.parquet")
+                atomic_write_parquet(frames[number], chunk_dir / f"chunk-{number:05d}.parquet")
             bar.update(len(rows))
     frames = {n: frames[n] for n in sorted(frames)}
     frame = typed_frame(pd.concat(list(frames.values()), ignore_index=True)) if frames else typed_frame([])
     if final is not None and chunk_dir is not None:
-        _write_parquet_atomic(frame, final)
+        atomic_write_parquet(frame, final)
         shutil.rmtree(chunk_dir, ignore_errors=True)  # the final file holds every chunk now
     return frame
 
