@@ -15,18 +15,15 @@ from typing import Any
 import nbformat
 import pytest
 
-from workbench.report import NOTEBOOKS_DIR, build_report, notebook_paths, notebook_test_parameters
+from workbench.report import NOTEBOOKS_DIR, build_report, notebook_paths, notebook_test_parameters, run_papermill
 
 NOTEBOOKS = notebook_paths()
 
 
 def _execute(source: Path, out: Path, **parameters: Any) -> None:
-    import papermill
-
     params = {"device": "cpu", "output_dir": str(out), "cache_dir": str(out / "cache"),
               **notebook_test_parameters(source), **parameters}
-    papermill.execute_notebook(str(source), str(out / source.name), parameters=params, cwd=str(source.parent),
-                               kernel_name="python3", progress_bar=False)
+    run_papermill(source, out / source.name, params, cwd=source.parent)
 
 
 def test_notebooks_are_found_in_name_order() -> None:

@@ -19,18 +19,8 @@ from workbench.cli import main
 from workbench.dsa_page_table import Replay
 from workbench.geometry import Mode, ServingGeometry
 from workbench.probe import probe_allocator, probe_table
-from workbench.simulate import (
-    SimRun,
-    capture_buckets,
-    compare,
-    exact_fit_victim,
-    explore,
-    failure_share,
-    records_frame,
-    requests_frame,
-    simulate,
-    sweep,
-)
+from workbench.simulate import SimRun, capture_buckets, exact_fit_victim, simulate
+from workbench.simulate_summary import compare, explore, failure_share, records_frame, requests_frame, sweep
 from workbench.workload import (
     Acceptance,
     LengthDist,
@@ -275,10 +265,11 @@ def test_cli_simulate_bad_input_is_one_line_exit_2(extra: list[str], message: st
 
 
 def test_notebook_runs_with_small_parameters(tmp_path: Path) -> None:
-    papermill = pytest.importorskip("papermill")
-    papermill.execute_notebook(
-        str(ROOT / "notebooks" / "04_serving_runs.ipynb"), str(tmp_path / "04.ipynb"), kernel_name="python3",
-        cwd=str(ROOT), progress_bar=False,
+    pytest.importorskip("papermill")
+    from workbench.report import run_papermill
+
+    run_papermill(
+        ROOT / "notebooks" / "04_serving_runs.ipynb", tmp_path / "04.ipynb", cwd=ROOT,
         parameters={"seeds": 2, "context_lens": [960, 1024], "draft_token_values": [2, 16],
                     "acceptance_rates": [0.5], "conservativeness_values": [0.0, 1.0], "output_dir": str(tmp_path)},
     )

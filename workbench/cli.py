@@ -166,7 +166,7 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _simulate(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.simulate import run_cli, write_summary
+    from workbench.simulate_summary import run_cli, write_summary
 
     try:
         summaries = run_cli(simulation_from_args(args), device, out)

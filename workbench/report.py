@@ -21,6 +21,7 @@ import html
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -107,6 +108,33 @@ def notebook_test_parameters(path: Path) -> dict[str, Any]:
     return dict(params)
 
 
+EXECUTION_TIMEOUT_S = 300  # per cell; no cell here takes a minute, even on a loaded 2-core machine
+HANG_RETRIES = 1
+
+
+def run_papermill(source: Path, executed: Path, parameters: dict[str, Any], *, cwd: Path) -> None:
+    """``papermill.execute_notebook`` that cannot hang forever.
+
+    Seen here: under heavy load a kernel reply can go missing and papermill then waits for ever
+    with an idle kernel. A cell timeout turns that into an error and the notebook runs once more;
+    a cell that fails (``PapermillExecutionError``) is a result, raised at once and never retried.
+    """
+    import papermill  # type: ignore[import-untyped]
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError  # type: ignore[import-untyped]
+
+    for attempt in range(HANG_RETRIES + 1):
+        try:
+            papermill.execute_notebook(
+                str(source), str(executed), parameters=parameters, cwd=str(cwd), kernel_name=KERNEL_NAME,
+                progress_bar=False, log_output=False, execution_timeout=EXECUTION_TIMEOUT_S,
+            )
+            return
+        except (CellTimeoutError, DeadKernelError, TimeoutError) as err:
+            if attempt == HANG_RETRIES:
+                raise
+            print(f"workbench: {source.name}: the kernel stopped answering ({err}); running it again", file=sys.stderr)
+
+
 def execute_notebook(
     source: Path, out_dir: Path, device: str, parameters: dict[str, Any] | None = None
 ) -> NotebookRun:
@@ -115,7 +143,6 @@ def execute_notebook(
     A failing cell does not raise: the partly executed notebook is kept (papermill marks the
     failing cell) and the error is returned, so the report can show it and go on.
     """
-    import papermill  # type: ignore[import-untyped]
     from papermill.exceptions import PapermillExecutionError  # type: ignore[import-untyped]
 
     folder = out_dir / "notebooks"
@@ -125,10 +152,7 @@ def execute_notebook(
     started = time.perf_counter()
     error = None
     try:
-        papermill.execute_notebook(
-            str(source), str(executed), parameters=params, cwd=str(source.parent),
-            kernel_name=KERNEL_NAME, progress_bar=False, log_output=False,
-        )
+        run_papermill(source, executed, params, cwd=source.parent)
     except PapermillExecutionError as err:
         error = f"cell {err.exec_count}: {err.ename}: {err.evalue}"
     seconds = time.perf_counter() - started
