@@ -69,6 +69,20 @@ def publish(fig, name):
 ''')
 
 
+# Notebooks 01 and 02 show device-measured bytes next to the prediction where such files exist.
+HARDWARE_OVERLAY = code('''
+from workbench.hardware_check import load_hardware_results, memory_overlay
+
+# Bytes measured on real devices (committed files under data/hardware/), next to the prediction.
+hardware = load_hardware_results()
+if hardware is None:
+    print("no hardware results in data/hardware/ yet: predicted bytes only "
+          "(run `workbench --device auto hardware-check` on a GPU or NPU to add them)")
+else:
+    display(memory_overlay(memory, hardware)[["preset", "rule", "device_name", "bytes", "measured_bytes",
+                                              "measured_over_predicted"]])
+''')
+
 # ---- 00: overview -------------------------------------------------------------------------------
 
 OVERVIEW: list[Cell] = [
@@ -256,18 +270,7 @@ display(memory[["preset", "rule", "buffer_width", "min_safe_width", "bytes", "sh
 seed_case = parse_case(SEEDS[0].before)
 publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "01_npu_seed_trace")
 '''),
-    code('''
-from workbench.hardware_check import load_hardware_results, memory_overlay
-
-# Bytes measured on real devices (committed files under data/hardware/), next to the prediction.
-hardware = load_hardware_results()
-if hardware is None:
-    print("no hardware results in data/hardware/ yet: predicted bytes only "
-          "(run `workbench --device auto hardware-check` on a GPU or NPU to add them)")
-else:
-    display(memory_overlay(memory, hardware)[["preset", "rule", "device_name", "bytes", "measured_bytes",
-                                              "measured_over_predicted"]])
-'''),
+    HARDWARE_OVERLAY,
     md("## Explorer"),
     code('''
 from workbench.explorer import explorer
@@ -367,18 +370,7 @@ publish(kv_budget_share(memory), "02_dsa_kv_budget_share")
 seed_case = parse_case(SEEDS[1].before)
 publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "02_dsa_seed_trace")
 """),
-    code("""
-from workbench.hardware_check import load_hardware_results, memory_overlay
-
-# Bytes measured on real devices (committed files under data/hardware/), next to the prediction.
-hardware = load_hardware_results()
-if hardware is None:
-    print("no hardware results in data/hardware/ yet: predicted bytes only "
-          "(run `workbench --device auto hardware-check` on a GPU or NPU to add them)")
-else:
-    display(memory_overlay(memory, hardware)[["preset", "rule", "device_name", "bytes", "measured_bytes",
-                                              "measured_over_predicted"]])
-"""),
+    HARDWARE_OVERLAY,
     md("## Explorer"),
     code("""
 from workbench.explorer import explorer
