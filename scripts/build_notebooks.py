@@ -69,6 +69,22 @@ def publish(fig, name):
 ''')
 
 
+def seed_check(index: int, statement: str, boundary: int) -> Cell:
+    """The assertion cell of a table notebook: its seed (``SEEDS[index]``) before and after the fix,
+    and the boundary the spec gives for it."""
+    return code(f'''
+# {statement}, boundary {boundary}.
+from workbench.boundary import find_boundary
+from workbench.probe import probe
+from workbench.seeds import boundary_case
+
+seed = SEEDS[{index}]
+assert probe(parse_case(seed.before), device).error == seed.expected_error
+assert probe(parse_case(seed.after), device).outcome.value == "ok"
+seed_search = parse_case(boundary_case(seed.before), need_seq_lens=False)
+assert find_boundary(seed_search, device=device).first_failing_seq_len == {boundary}
+''')
+
 # Notebooks 01 and 02 show device-measured bytes next to the prediction where such files exist.
 HARDWARE_OVERLAY = code('''
 from workbench.hardware_check import load_hardware_results, memory_overlay
@@ -278,17 +294,7 @@ from workbench.explorer import explorer
 explorer("npu-block-table", device=device)
 '''),
     md("## Assertions: this notebook is a regression test"),
-    code('''
-# The QwQ seed reproduces: torch's message before the fix, success after, boundary 32753.
-from workbench.boundary import find_boundary
-from workbench.probe import probe
-
-seed = SEEDS[0]
-assert probe(parse_case(seed.before), device).error == seed.expected_error
-assert probe(parse_case(seed.after), device).outcome.value == "ok"
-seed_search = parse_case({k: v for k, v in seed.before.items() if k != "seq_lens"}, need_seq_lens=False)
-assert find_boundary(seed_search, device=device).first_failing_seq_len == 32753
-'''),
+    seed_check(0, "The QwQ seed reproduces: torch's message before the fix, success after", 32753),
     code('''
 # Every boundary was confirmed by execution (the failing step and the passing one below it).
 assert sweep.confirmed.all(), sweep[~sweep.confirmed]
@@ -379,17 +385,7 @@ explorer("dsa-page-table", device=device, context_len=90000, page_size=64, draft
          rule="context-plus-draft")
 """),
     md("## Assertions: this notebook is a regression test"),
-    code("""
-# The GLM-5.2 seed reproduces: torch's message with the first fix, success with B = W, boundary 90001.
-from workbench.boundary import find_boundary
-from workbench.probe import probe
-
-seed = SEEDS[1]
-assert probe(parse_case(seed.before), device).error == seed.expected_error
-assert probe(parse_case(seed.after), device).outcome.value == "ok"
-seed_search = parse_case({k: v for k, v in seed.before.items() if k != "seq_lens"}, need_seq_lens=False)
-assert find_boundary(seed_search, device=device).first_failing_seq_len == 90001
-"""),
+    seed_check(1, "The GLM-5.2 seed reproduces: torch's message with the first fix, success with B = W", 90001),
     code("""
 # Every boundary was confirmed by execution (the failing step and the passing one below it).
 assert sweep.confirmed.all(), sweep[~sweep.confirmed]

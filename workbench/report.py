@@ -108,7 +108,7 @@ def notebook_test_parameters(path: Path) -> dict[str, Any]:
     return dict(params)
 
 
-EXECUTION_TIMEOUT_S = 300  # per cell; no cell here takes a minute, even on a loaded 2-core machine
+EXECUTION_TIMEOUT_S = 120  # per cell; the slowest cell here takes about 20 s on a loaded 2-core machine
 HANG_RETRIES = 1
 
 
