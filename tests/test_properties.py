@@ -14,6 +14,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, assume, given, settings
 from reference import alloc_decode, predict_table_probe, request_table_width
 
+from workbench import capture_cache
 from workbench.allocator import Gather, PagedAllocator
 from workbench.boundary import find_boundary
 from workbench.cases import AllocatorCase, TableCase
@@ -85,6 +86,25 @@ def test_executed_table_probe_equals_the_spec_predicate(case: TableCase) -> None
                                    case.mode.value, list(case.seq_lens), case.step_id, case.replay.value, case.accept_len)
     assert (result.outcome.value, result.error) == expected
     assert result.request_table_width == _w(g)
+
+
+@_settings(600)
+@given(table_cases(), table_cases())
+def test_reused_buffers_and_the_skipped_read_never_change_a_probe(case: TableCase, other: TableCase) -> None:
+    """A probe on buffers an earlier probe of the same geometry left behind, with or without the
+    kernel-like read, equals the probe on an empty cache: the probe's result, path aside."""
+    _count()
+    capture_cache.clear()
+    alone = probe_table(case)
+    assert alone.path == "eager"
+    capture_cache.clear()
+    probe_table(dataclasses.replace(other, geometry=case.geometry, component=case.component, rule=case.rule))
+    probe_table(dataclasses.replace(case, seq_lens=(case.geometry.max_committed_len(case.mode, case.step_id),)))
+    warm = probe_table(case)
+    skipped = probe_table(case, kernel_read=False)
+    assert warm == alone
+    assert skipped.path == "none"
+    assert dataclasses.replace(skipped, path="eager") == alone
 
 
 @_settings(300)

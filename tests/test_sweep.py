@@ -118,7 +118,7 @@ def test_second_run_reads_the_cache_and_a_truncated_file_is_recomputed(
         raise AssertionError("the cached sweep ran a boundary search")
 
     with monkeypatch.context() as patch:
-        patch.setattr(workbench.boundary, "fast_boundary", refuse)
+        patch.setattr(workbench.boundary, "fast_boundaries", refuse)
         pd.testing.assert_frame_equal(run_sweep(grid, cache_dir=tmp_path, progress=False, chunk_size=7), first)
 
     data = final.read_bytes()
@@ -157,15 +157,15 @@ def test_kill_and_resume(stop: signal.Signals, tmp_path: Path, monkeypatch: pyte
     done = len(list(chunks.glob("chunk-*.parquet")))
     assert 1 <= done < ceil_div(total, 4) and not final.exists()
 
-    calls = []
-    real = workbench.boundary.fast_boundary
+    calls: list[object] = []
+    real = workbench.boundary.fast_boundaries
 
-    def counting(*args: object, **kwargs: object) -> object:
-        calls.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def counting(cases: list[object], **kwargs: object) -> object:
+        calls.extend(cases)
+        return real(cases, **kwargs)  # type: ignore[arg-type]
 
     with monkeypatch.context() as patch:
-        patch.setattr(workbench.boundary, "fast_boundary", counting)
+        patch.setattr(workbench.boundary, "fast_boundaries", counting)
         resumed = run_sweep(grid, cache_dir=tmp_path, progress=False, chunk_size=4)
     assert len(calls) <= total - 4 * done
     uninterrupted = run_sweep(grid, cache_dir=None, progress=False)

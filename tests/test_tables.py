@@ -200,6 +200,21 @@ def test_fresh_pool_table_equals_the_allocator_filled_table() -> None:
         assert torch.equal(RequestTable.fresh_pool(lengths, 300, ps), filled)
 
 
+def test_a_single_request_probe_reads_a_view_of_the_shared_wide_row() -> None:
+    from workbench import capture_cache
+
+    capture_cache.clear()
+    for ps, length, width in ((1, 37, 50), (4, 205, 230), (64, 1000, 5000), (64, 300, 310)):
+        slots = capture_cache.request_slots([length], width, ps, "cpu")
+        fresh = RequestTable.fresh_pool([length], width, ps)
+        assert slots.req_to_token.shape == fresh.shape == (2, width)
+        assert torch.equal(slots.req_to_token[:, :length], fresh[:, :length])
+        assert int(slots.req_to_token.max()) < slots.num_slots  # every entry names a slot of the KV pool
+    several = capture_cache.request_slots([37, 100], 300, 4, "cpu")
+    assert torch.equal(several.req_to_token, RequestTable.fresh_pool([37, 100], 300, 4))
+    assert several.num_slots == (10 + 25 + 1) * 4
+
+
 def test_narrow_dsa_replay_gives_the_full_replays_outcome_and_message() -> None:
     g = ServingGeometry(context_len=200, page_size=4, draft_tokens=5)
     req_to_token = RequestTable.fresh_pool([205], g.request_table_width, 4)

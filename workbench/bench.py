@@ -1,10 +1,10 @@
 """``workbench bench``: how fast the workbench answers, measured, printed, never asserted.
 
-Each number says what was timed: the vectorized closed form over a large random grid, the fast
-verified search (closed form + two executed probes) over a grid of table configurations (on every
-core, worker start-up included), the
-step-by-step search against it on a subset (with identical answers asserted), the allocator's
-``alloc_decode`` at batch 256 per gather, and the process's peak RSS.
+Each number says what was timed: the vectorized closed form over a large random grid; the fast
+verified search (closed form, then the two steps around each boundary executed) over random
+configurations of all three components, on every core, worker start-up included; the
+step-by-step search against the fast one on a subset (identical answers asserted); the allocator's
+``alloc_decode`` at batch 256 per gather; the serving-run simulation; the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -21,24 +21,34 @@ import numpy as np
 import torch
 
 from workbench.allocator import Gather, PagedAllocator
-from workbench.boundary import fast_boundary, step_by_step_boundary
+from workbench.boundary import fast_boundaries, step_by_step_boundary
 from workbench.cases import TableCase
 from workbench.closed_form import first_failing_seq_len
+from workbench.device import one_torch_thread
 from workbench.dsa_page_table import Replay
+from workbench.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.executors import Executor, run_chunks
 from workbench.geometry import Mode, ServingGeometry
 from workbench.rules import RULE_NAMES
 
 REALISTIC_CONTEXTS = (4096, 32768, 90000, 131072, 163840, 202752, 1048576)
+COMPONENTS = ("npu-block-table", "dsa-page-table", "allocator")
+CHUNK = 100  # configurations per task: small enough that both workers stay busy to the end
+BenchConfig = TableCase | AllocatorConfig
 
 
-def bench_cases(num_configs: int, seed: int = 0) -> list[TableCase]:
-    """Valid table configurations: every component, rule, mode and width generation, with
-    realistic and random context lengths up to 1M tokens."""
+def bench_cases(num_configs: int, seed: int = 0) -> list[BenchConfig]:
+    """Random valid configurations, a third per component: table configurations of every rule,
+    mode and width generation with realistic and random context lengths up to 1M tokens, and
+    allocator batches of 1 to 64 rows under every gather."""
     rng = random.Random(seed)
-    cases: list[TableCase] = []
+    cases: list[BenchConfig] = []
     while len(cases) < num_configs:
-        component = rng.choice(("npu-block-table", "dsa-page-table"))
+        component = rng.choice(COMPONENTS)
+        if component == "allocator":
+            opens = tuple(rng.random() < 0.5 for _ in range(rng.randint(1, 64)))
+            cases.append(AllocatorConfig(rng.choice(list(Gather)), rng.choice((2, 4, 64, 128, 256)), opens))
+            continue
         ctx = rng.choice(REALISTIC_CONTEXTS) if rng.random() < 0.5 else rng.randint(64, 1 << 20)
         d = rng.choice((0, 4, 6, 8, 16))
         g = ServingGeometry(context_len=ctx, page_size=rng.choice((1, 64, 128, 256)), draft_tokens=d,
@@ -96,38 +106,61 @@ def alloc_decode_us(gather: Gather, batch: int = 256, page_size: int = 64, repea
     return total / repeats * 1e6
 
 
-def verify_chunk(cases: list[TableCase]) -> list[int | None]:
-    """Find and confirm each case's boundary (a top-level function: pools and Ray can run it)."""
-    return [fast_boundary(case).first_failing_seq_len for case in cases]
+def verify_chunk(cases: list[BenchConfig]) -> list[int | None]:
+    """Find and confirm each configuration's boundary: a table's first failing committed length,
+    an allocator batch's smallest working free pool (a top-level function: pools and Ray run it)."""
+    tables = [c for c in cases if isinstance(c, TableCase)]
+    batches = [c for c in cases if isinstance(c, AllocatorConfig)]
+    table_answers = iter(b.first_failing_seq_len for b in fast_boundaries(tables))
+    batch_answers = iter(b.first_ok_free for b in allocator_boundaries(batches))
+    return [next(table_answers) if isinstance(c, TableCase) else next(batch_answers) for c in cases]
 
 
-def run_bench(num_configs: int = 2000, step_by_step_configs: int = 20, seed: int = 0,
+def compare_searches(cases: list[TableCase]) -> tuple[float, float]:
+    """Seconds of the fast and of the step-by-step search over ``cases``, identical answers asserted.
+
+    One untimed fast pass first, so both searches run on warm buffers (``capture_cache``), as they
+    do inside a sweep: otherwise the first one timed would pay for every allocation alone.
+    """
+    fast_boundaries(cases)
+    fast_answers: list[int | None] = []
+    slow_answers: list[int | None] = []
+    fast_s = _seconds(lambda: fast_answers.extend(b.first_failing_seq_len for b in fast_boundaries(cases)))
+    slow_s = _seconds(lambda: slow_answers.extend(step_by_step_boundary(c) for c in cases))
+    if fast_answers != slow_answers:
+        raise AssertionError("the step-by-step and fast searches disagree: a modelling bug")
+    return fast_s, slow_s
+
+
+def run_bench(num_configs: int = 20_000, step_by_step_configs: int = 200, seed: int = 0,
               executor: Executor | None = None) -> dict[str, Any]:
     cases = bench_cases(num_configs, seed)
     executor = executor or Executor(kind="process")
-    chunks = [(cases[i : i + 100],) for i in range(0, len(cases), 100)]
+    chunks = [(cases[i : i + CHUNK],) for i in range(0, len(cases), CHUNK)]
     verified = _seconds(lambda: list(run_chunks(verify_chunk, chunks, executor, num_configs=len(cases))))
-    subset = cases[:step_by_step_configs]
-    fast_answers: list[int | None] = []
-    slow_answers: list[int | None] = []
-    fast_s = _seconds(lambda: fast_answers.extend(fast_boundary(c).first_failing_seq_len for c in subset))
-    slow_s = _seconds(lambda: slow_answers.extend(step_by_step_boundary(c) for c in subset))
-    if fast_answers != slow_answers:
-        raise AssertionError("the step-by-step and fast searches disagree: a modelling bug")
-    results: dict[str, Any] = {
-        "machine": f"{sys.platform}, {os.cpu_count()} cores, torch {torch.__version__}",
-        "executor": f"{executor.resolved(len(cases))} ({executor.num_workers()} workers)",
-        "verified_configs": num_configs,
-        "verified_seconds": round(verified, 3),
-        "verified_configs_per_s": round(num_configs / verified, 1),
-        "closed_form_configs_per_s": round(closed_form_rate(), 0),
-        "step_by_step_configs": len(subset),
-        "step_by_step_over_fast": round(slow_s / fast_s, 1),
-        "alloc_decode_us_batch_256": {g.value: round(alloc_decode_us(g), 1) for g in Gather},
-        "simulated_requests_per_s": _simulated_requests_per_s(),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-    }
+    counts = {name: sum(1 for c in cases if _component(c) == name) for name in COMPONENTS}
+    subset = [c for c in cases if isinstance(c, TableCase)][:step_by_step_configs]
+    with one_torch_thread():
+        fast_s, slow_s = compare_searches(subset)
+        results: dict[str, Any] = {
+            "machine": f"{sys.platform}, {os.cpu_count()} cores, torch {torch.__version__}",
+            "executor": f"{executor.resolved(len(cases))} ({executor.num_workers()} workers)",
+            "verified_configs": num_configs,
+            "verified_by_component": counts,
+            "verified_seconds": round(verified, 3),
+            "verified_configs_per_s": round(num_configs / verified, 1),
+            "closed_form_configs_per_s": round(closed_form_rate(), 0),
+            "step_by_step_configs": len(subset),
+            "step_by_step_over_fast": round(slow_s / fast_s, 1),
+            "alloc_decode_us_batch_256": {g.value: round(alloc_decode_us(g), 1) for g in Gather},
+            "simulated_requests_per_s": _simulated_requests_per_s(),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
     return results
+
+
+def _component(config: BenchConfig) -> str:
+    return config.component if isinstance(config, TableCase) else "allocator"
 
 
 def _simulated_requests_per_s(seeds: int = 10) -> float:

@@ -9,6 +9,7 @@ both executed, so every reported boundary is confirmed, never inferred.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy.typing as npt
@@ -67,7 +68,7 @@ def find_boundary(
     def run(s: int) -> ProbeResult:
         nonlocal runs
         runs += 1
-        return probe_table(dataclasses.replace(case, seq_lens=(s,)), device)
+        return probe_step(case, s, device)
 
     top = run(hi)
     if not top.outcome.failed:
@@ -90,19 +91,34 @@ class PredictionMismatch(AssertionError):
     """Execution disagreed with the closed form: a modelling bug, never a result."""
 
 
-def predict_boundary(case: TableCase, max_seq_len: int | None = None) -> int | None:
-    """The closed form's first failing committed length for one case (None: nothing fails)."""
+def probe_step(case: TableCase, seq_len: int, device: torch.device | str = "cpu") -> ProbeResult:
+    """One request at committed length ``seq_len``, as every search probes it: the replay's
+    ``copy_`` always, the kernel-like read where it runs as a captured graph (``probe_table``)."""
+    return probe_table(dataclasses.replace(case, seq_lens=(seq_len,)), device, kernel_read=None)
+
+
+def predict_boundaries(cases: Sequence[TableCase], max_seq_lens: Sequence[int | None] | None = None) -> list[int | None]:
+    """The closed form's first failing committed length of every case (None: nothing fails),
+    in one vectorized call."""
     from workbench.closed_form import NO_FAILURE, first_failing_seq_len
 
-    g = case.geometry
+    bounds = [search_bound(c, m) for c, m in zip(cases, max_seq_lens or [None] * len(cases))]
+    geometries = [c.geometry for c in cases]
     columns: dict[str, npt.ArrayLike] = {
-        "component": [case.component], "rule": [case.rule], "mode": [case.mode.value], "width_gen": [g.width_gen],
-        "context_len": [g.context_len], "page_size": [g.page_size], "draft_tokens": [g.draft_tokens],
-        "spec_steps": [g.spec_steps], "spec_topk": [g.spec_topk], "draft_has_kv": [g.draft_has_kv],
-        "step_id": [case.step_id], "max_seq_len": [search_bound(case, max_seq_len)],
+        "component": [c.component for c in cases], "rule": [c.rule for c in cases],
+        "mode": [c.mode.value for c in cases], "width_gen": [g.width_gen for g in geometries],
+        "context_len": [g.context_len for g in geometries], "page_size": [g.page_size for g in geometries],
+        "draft_tokens": [g.draft_tokens for g in geometries], "spec_steps": [g.spec_steps for g in geometries],
+        "spec_topk": [g.spec_topk for g in geometries], "draft_has_kv": [g.draft_has_kv for g in geometries],
+        "step_id": [c.step_id for c in cases], "max_seq_len": bounds,
     }
-    first = int(first_failing_seq_len(columns)["first_failing_seq_len"][0])
-    return None if first == NO_FAILURE else first
+    first = first_failing_seq_len(columns)["first_failing_seq_len"]
+    return [None if f == NO_FAILURE else int(f) for f in first]
+
+
+def predict_boundary(case: TableCase, max_seq_len: int | None = None) -> int | None:
+    """The closed form's first failing committed length for one case (None: nothing fails)."""
+    return predict_boundaries([case], [max_seq_len])[0]
 
 
 def confirm_boundary(
@@ -111,17 +127,13 @@ def confirm_boundary(
     """Execute the predicted boundary and the step one below it (or the bound, when none is
     predicted); raise ``PredictionMismatch`` when execution disagrees. Two probes, not ~log2(W)."""
     hi = search_bound(case, max_seq_len)
-
-    def run(s: int) -> ProbeResult:
-        return probe_table(dataclasses.replace(case, seq_lens=(s,)), device)
-
     if predicted is None:
-        top = run(hi)
+        top = probe_step(case, hi, device)
         if top.outcome.failed:
             raise PredictionMismatch(f"predicted no failure up to {hi}, but the step at {hi} gave {top.outcome.value}")
         return Boundary(None, hi, None, top, 1)
-    failing = run(predicted)
-    passing = run(predicted - 1) if predicted > 1 else None
+    failing = probe_step(case, predicted, device)
+    passing = probe_step(case, predicted - 1, device) if predicted > 1 else None
     boundary = Boundary(predicted, hi, failing, passing, 2 if passing else 1)
     if not boundary.confirmed:
         below = passing.outcome.value if passing else "-"
@@ -131,12 +143,22 @@ def confirm_boundary(
     return boundary
 
 
+def fast_boundaries(
+    cases: Sequence[TableCase], *, max_seq_lens: Sequence[int | None] | None = None, device: torch.device | str = "cpu"
+) -> list[Boundary]:
+    """Every case's closed-form boundary, each confirmed by execution (the sweeps' search)."""
+    for case in cases:
+        problem = table_case_problem(dataclasses.replace(case, seq_lens=(1,)))
+        if problem:
+            raise BoundaryError(problem)
+    limits = list(max_seq_lens) if max_seq_lens is not None else [None] * len(cases)
+    predicted = predict_boundaries(cases, limits)
+    return [confirm_boundary(c, p, max_seq_len=m, device=device) for c, p, m in zip(cases, predicted, limits)]
+
+
 def fast_boundary(case: TableCase, *, max_seq_len: int | None = None, device: torch.device | str = "cpu") -> Boundary:
-    """The closed form's boundary, confirmed by execution (the sweep's default search)."""
-    problem = table_case_problem(dataclasses.replace(case, seq_lens=(1,)))
-    if problem:
-        raise BoundaryError(problem)
-    return confirm_boundary(case, predict_boundary(case, max_seq_len), max_seq_len=max_seq_len, device=device)
+    """The closed form's boundary, confirmed by execution."""
+    return fast_boundaries([case], max_seq_lens=[max_seq_len], device=device)[0]
 
 
 def step_by_step_boundary(case: TableCase, *, device: torch.device | str = "cpu") -> int | None:
@@ -147,6 +169,6 @@ def step_by_step_boundary(case: TableCase, *, device: torch.device | str = "cpu"
     hi = search_bound(case)
     start = max(1, g.context_len - g.draft_tokens - 2 * g.page_size)
     for s in range(start, hi + 1):
-        if probe_table(dataclasses.replace(case, seq_lens=(s,)), device).outcome.failed:
+        if probe_step(case, s, device).outcome.failed:
             return s
     return None

@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_flags(sweep)
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
-    bench.add_argument("--configs", type=int, default=2000, help="table configurations to verify (default 2000)")
-    bench.add_argument("--step-by-step", type=int, default=20, help="configurations for the slow search (default 20)")
+    bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
+    bench.add_argument("--step-by-step", type=int, default=200,
+                       help="table configurations for the slow search (default 200)")
     bench.add_argument("--executor", default="process", help="where the verified search runs (default process)")
     bench.add_argument("--workers", type=int, help="processes (default: every core)")
     return parser

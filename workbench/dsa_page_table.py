@@ -108,7 +108,9 @@ class DsaPageTable:
             lk += draft_tokens
         if replay is Replay.STATIC:
             lk = self.width_tokens
-        src = req_to_token[index, :lk]  # (bs, min(Lk, W))
+        # (bs, min(Lk, W)): the engine's req_to_token[index, :lk]; index_select is the same row
+        # gather, a quarter faster on a CPU
+        src = req_to_token[:, :lk].index_select(0, index)
         repeats = {Mode.TARGET_VERIFY: draft_tokens, Mode.DRAFT_EXTEND: accept_len}.get(mode, 1)
         if query_rows is not None:  # a narrow probe: fewer query rows, same widths (see probe.py)
             repeats = query_rows

@@ -19,11 +19,12 @@ from typing import Any
 
 from workbench.allocator import Gather
 from workbench.cases import AllocatorCase, Case, TableCase
+from workbench.exact_fit import batch_compositions, exact_fit_case
 from workbench.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
 from workbench.outcome import ProbeResult
 from workbench.probe import probe
 from workbench.rules import RULE_NAMES
-from workbench.sweep import allocator_exact_fit_sweep, batch_compositions, exact_fit_case, request_trace
+from workbench.sweep import allocator_exact_fit_sweep, request_trace
 
 PAGE_SIZES = (1, 4, 16, 64, 128, 256)
 ALLOCATOR_PAGE_SIZES = (2, 4, 16, 64, 128, 256)  # ps 1 opens a page on every token: no exact-fit question

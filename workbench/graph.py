@@ -29,6 +29,7 @@ from workbench.device import accelerator_module, synchronize
 
 GRAPH_PATH = "graph"
 EAGER_PATH = "eager"
+NO_READ = "none"  # a probe that ran the metadata copy and no read (see probe.probe_table)
 PATH_CHOICES = ("auto", GRAPH_PATH, EAGER_PATH)
 WARMUP_RUNS = 2  # eager runs on a side stream before capture: lazy initialisation must not be captured
 

@@ -95,7 +95,9 @@ class NpuBlockTables:
             swa_src = full_to_swa[req_to_token[index, 0:max_len:ps].long()] // ps
             _fill(self.block_tables_swa, bs, num_pages, swa_src)
         # (bs, cdiv(min(max_len, W), ps)): the first slot of every page, as a page id
-        src = req_to_token[index, :max_len][:, ::ps] // ps
+        src = req_to_token[:, 0:max_len:ps].index_select(0, index)  # req_to_token[index, 0:max_len:ps]
+        if ps > 1:  # x // 1 is x, and integer division costs ~2 ns an entry on a CPU: 2 ms at 1M pages
+            src = src // ps
         _fill(self.block_tables, bs, num_pages, src)
         return max_len
 

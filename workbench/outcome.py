@@ -36,7 +36,7 @@ class ProbeResult:
     out_cache_loc: list[int] | None = None
     free_pages_after: list[int] | None = None
     device: str = "cpu"
-    path: str = "eager"  # "graph" where a captured graph was replayed
+    path: str = "eager"  # the read after the copy: "graph" (captured, replayed), "eager", or "none" (skipped)
 
     def to_dict(self, component: str) -> dict[str, object]:
         """The JSON shape of ``workbench probe``: table fields or allocator fields, not both."""

@@ -10,18 +10,17 @@ kernel reading past the free list) is checked afterwards and reported as a silen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
+from workbench import capture_cache
 from workbench.allocator import PagedAllocator, pages_needed_for_decode
 from workbench.cases import AllocatorCase, Case, TableCase
 from workbench.dsa_page_table import DsaPageTable, tokens_per_request
 from workbench.geometry import Mode, cdiv
-from workbench.graph import CapturedRead, choose_path
+from workbench.graph import GRAPH_PATH, NO_READ, choose_path
 from workbench.npu_block_table import NpuBlockTables, lockstep_full_to_swa
 from workbench.outcome import Outcome, ProbeResult, invalid
-from workbench.request_table import RequestTable
 from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES
 
 
@@ -62,7 +61,17 @@ def step_reads(case: TableCase, seq_len: int) -> int:
     return seq_len + case.geometry.lookahead(case.mode, case.step_id)
 
 
-def probe_table(case: TableCase, device: torch.device | str = "cpu") -> ProbeResult:
+def probe_table(
+    case: TableCase, device: torch.device | str = "cpu", *, kernel_read: bool | None = True
+) -> ProbeResult:
+    """Replay ``case`` into its graph buffers and classify the step.
+
+    ``kernel_read``: after the replay's ``copy_``, run the kernel-like read of the buffers (True),
+    skip it (False), or run it only where it is a captured graph (None, what sweeps use). On the
+    CPU the read cannot change an outcome: every live entry it follows names a slot of the pool,
+    since the replay copied it from the request table. On CUDA / NPU it is the graph replay itself.
+    The result's ``path`` says what ran: ``graph``, ``eager`` or ``none``.
+    """
     problem = table_case_problem(case)
     if problem:
         return invalid(problem)
@@ -70,15 +79,14 @@ def probe_table(case: TableCase, device: torch.device | str = "cpu") -> ProbeRes
     width = g.request_table_width
     reads = [step_reads(case, s) for s in case.seq_lens]
     # Each request holds slots for every position the step touches (verify writes its D drafts),
-    # page aligned, exactly as a fresh allocator fills them (RequestTable.fresh_pool).
+    # page aligned, exactly as a fresh allocator fills them.
     lengths = [min(r, width) for r in reads]
-    table = _PoolTable(RequestTable.fresh_pool(lengths, width, g.page_size, device),
-                       sum(cdiv(n, g.page_size) for n in lengths), g.page_size)
-    rows = list(range(1, len(case.seq_lens) + 1))
-    replay = _replay_npu if case.component == "npu-block-table" else _replay_dsa
+    table = capture_cache.request_slots(lengths, width, g.page_size, device)
     path = choose_path(device)  # a captured graph on CUDA / NPU, the same read run eagerly on the CPU
-    outcome, error = classify_replay(case.component, lambda: replay(case, table, rows, device, path)[1], reads)
-    return _result(case, outcome, error, _buffer_width(case), max(reads), device, path)
+    read = kernel_read if kernel_read is not None else path == GRAPH_PATH
+    replay = _replay_npu if case.component == "npu-block-table" else _replay_dsa
+    outcome, error = classify_replay(case.component, lambda: replay(case, table, lengths, device, path, read), reads)
+    return _result(case, outcome, error, _buffer_width(case), max(reads), device, path if read else NO_READ)
 
 
 def classify_replay(component: str, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
@@ -107,37 +115,34 @@ def _buffer_width(case: TableCase) -> int:
     return rules[case.rule](case.geometry)
 
 
-@dataclass(frozen=True)
-class _PoolTable:
-    """A probe's request table and the size of the fresh pool that filled it."""
-
-    req_to_token: torch.Tensor  # (bs + 1, W) int32
-    num_pages: int
-    page_size: int
-
-
 def _replay_npu(
-    case: TableCase, table: _PoolTable, rows: list[int], device: torch.device | str, path: str = "auto"
-) -> tuple[int, int]:
-    """Replay, then the kernel-like read; returns the width in pages and the tokens a row of it covers."""
+    case: TableCase, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
+    read: bool,
+) -> int:
+    """Replay, then (if ``read``) the kernel-like read; returns the tokens a block-table row covers."""
     g = case.geometry
-    buffers = NpuBlockTables.allocate(g, case.rule, rows=len(rows), hybrid_swa=case.hybrid_swa, device=device)
-    read = CapturedRead.capture(buffers.block_tables, g.page_size, _num_slots(table), path=path)
+    rows = len(case.seq_lens)
+    state = capture_cache.captured(case.component, g, case.rule, rows=rows, num_slots=table.num_slots,
+                                   hybrid_swa=case.hybrid_swa, device=device, path=path)
+    assert isinstance(state.buffers, NpuBlockTables)
     full_to_swa = None
     if case.hybrid_swa:
-        full_to_swa = lockstep_full_to_swa(table.num_pages, g.page_size, device)
-    buffers.replay(
-        table.req_to_token, rows, list(case.seq_lens), case.mode,
+        full_to_swa = lockstep_full_to_swa(sum(cdiv(n, g.page_size) for n in lengths), g.page_size, device)
+    state.buffers.replay(
+        table.req_to_token, range(1, rows + 1), list(case.seq_lens), case.mode,
         draft_tokens=g.draft_tokens, step_id=case.step_id, full_to_swa=full_to_swa,
     )  # the host-side copy_: a shape error is raised here, before any replay
-    read.run([step_reads(case, s) for s in case.seq_lens])  # one block-table row per request
-    return buffers.width_pages, buffers.width_pages * g.page_size
+    if read:
+        state.read().run([step_reads(case, s) for s in case.seq_lens])  # one block-table row per request
+    return state.buffers.width_pages * g.page_size
 
 
 def _replay_dsa(
-    case: TableCase, table: _PoolTable, rows: list[int], device: torch.device | str, path: str = "auto"
-) -> tuple[int, int]:
-    """Replay, then the kernel-like read; returns the width in tokens, which is also what a row covers.
+    case: TableCase, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
+    read: bool,
+) -> int:
+    """Replay, then (if ``read``) the kernel-like read; returns the width in tokens, which is also
+    what a row covers.
 
     The engine's verify graph has ``bs * D`` query rows, each a copy of its request's row. Rows
     change neither whether the copy fails nor torch's message, except when the destination is one
@@ -148,22 +153,19 @@ def _replay_dsa(
     per_request = tokens_per_request(g, case.mode, case.accept_len)
     if DSA_PAGE_TABLE_RULES[case.rule](g) > 1:
         per_request = 1
-    buffers = DsaPageTable.allocate(g, case.rule, rows=len(rows) * per_request, device=device)
-    # page_table maps token positions to slots: one entry per token, so page size 1 for the read
-    read = CapturedRead.capture(buffers.page_table, 1, _num_slots(table), path=path)
-    buffers.replay(
-        table.req_to_token, rows, list(case.seq_lens), case.mode,
+    bs = len(case.seq_lens)
+    state = capture_cache.captured(case.component, g, case.rule, rows=bs * per_request, num_slots=table.num_slots,
+                                   hybrid_swa=False, device=device, path=path)
+    assert isinstance(state.buffers, DsaPageTable)
+    state.buffers.replay(
+        table.req_to_token, range(1, bs + 1), list(case.seq_lens), case.mode,
         draft_tokens=g.draft_tokens, accept_len=case.accept_len, replay=case.replay, query_rows=per_request,
     )  # the host-side copy_: a shape error is raised here, before any replay
-    read.run([step_reads(case, s) for s in case.seq_lens for _ in range(per_request)])  # rows as repeat_interleave
+    if read:  # query rows as repeat_interleave lays them out
+        state.read().run([step_reads(case, s) for s in case.seq_lens for _ in range(per_request)])
     # The kernels read page ids through the page-level table: cdiv(B, ps) pages of ps tokens
     # cover more than B tokens, but only the first B were copied from the request table.
-    return buffers.width_tokens, buffers.width_tokens
-
-
-def _num_slots(table: _PoolTable) -> int:
-    """KV slots of the request table's pool: pages 0..num_pages of ps slots each."""
-    return (table.num_pages + 1) * table.page_size
+    return state.buffers.width_tokens
 
 
 def _result(

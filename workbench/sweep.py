@@ -2,7 +2,7 @@
 
 ``run_sweep`` finds, for every valid table configuration of a ``SweepGrid``, the first committed
 length whose step fails: the closed form predicts it and two executed probes confirm it (the
-failing step and the one below; ``workbench.boundary.fast_boundary``, which raises when execution
+failing step and the one below; ``workbench.boundary.fast_boundaries``, which raises when execution
 and formula disagree). Results are
 never lost: configurations run in chunks, each finished chunk is written atomically into a
 per-grid checkpoint folder, a rerun resumes from the chunks already there, and the finished frame
@@ -35,6 +35,7 @@ from workbench.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
 from workbench.cli_support import atomic_write_parquet
 from workbench.device import one_torch_thread
 from workbench.dsa_page_table import Replay
+from workbench.exact_fit import batch_compositions, exact_fit_case
 from workbench.executors import Executor, run_chunks
 from workbench.geometry import (
     MAX_CONTEXT_LEN,
@@ -48,7 +49,7 @@ from workbench.geometry import (
     ServingGeometry,
 )
 from workbench.memory import buffer_bytes, min_safe_bytes, rule_width
-from workbench.probe import probe_table, table_case_problem
+from workbench.probe import table_case_problem
 from workbench.rules import RULE_NAMES
 
 # Short realistic context lengths (4096, 8192: common --context-length settings) and two fixed
@@ -180,10 +181,9 @@ SWEEP_COLUMNS: dict[str, str] = {
 _IDENTITY = ("component", "rule", "context_len", "page_size", "draft_tokens", "mode", "width_gen", "replay")
 
 
-def sweep_row(case: TableCase, overshoot: int, device: str = "cpu") -> dict[str, object]:
-    """Search one configuration and describe its boundary."""
+def sweep_row(case: TableCase, found: boundary_module.Boundary, overshoot: int, device: str = "cpu") -> dict[str, object]:
+    """One configuration's row: its boundary ``found`` and its buffer's bytes."""
     g = case.geometry
-    found = boundary_module.fast_boundary(case, max_seq_len=search_limit(case, overshoot), device=device)
     first = found.first_failing_seq_len
     failing = found.failing
     size = buffer_bytes(case.component, g, case.rule, case.mode)
@@ -269,7 +269,9 @@ def cache_paths(grid: SweepGrid, cache_dir: str | Path, device: str, chunk_size:
 def chunk_rows(cases: Sequence[TableCase], overshoot: int, device: str) -> list[dict[str, object]]:
     """One chunk's rows: a top-level function, so process pools and Ray tasks can run it."""
     with one_torch_thread():
-        return [sweep_row(case, overshoot, device) for case in cases]
+        limits = [search_limit(case, overshoot) for case in cases]
+        found = boundary_module.fast_boundaries(cases, max_seq_lens=limits, device=device)
+        return [sweep_row(case, f, overshoot, device) for case, f in zip(cases, found)]
 
 
 def run_sweep(
@@ -330,57 +332,6 @@ def run_sweep(
 # ---- the allocator's exact fit --------------------------------------------------------------------
 
 
-def batch_compositions(max_batch: int) -> dict[str, tuple[bool, ...]]:
-    """Named batches: ``True`` for a row whose new token opens a page.
-
-    The legacy gather breaks only when a non-opening row comes after the last opening row,
-    so the set holds batches on both sides of that line (the seed's batch is "opener first").
-    """
-    n = max_batch
-    half = n // 2
-    batches = {
-        "single opener": (True,),
-        "single non-opener": (False,),
-        "seed [5, 10, 7]": (True, False, False),
-        "opener first": (True,) + (False,) * (n - 1),
-        "opener last": (False,) * (n - 1) + (True,),
-        "all open": (True,) * n,
-        "none open": (False,) * n,
-        "alternating, opener first": tuple(i % 2 == 0 for i in range(n)),
-        "alternating, opener last": tuple(i % 2 == 1 for i in range(n)),
-        "openers first half": (True,) * half + (False,) * (n - half),
-        "openers second half": (False,) * (n - half) + (True,) * half,
-    }
-    # Drop names whose batch repeats an earlier one (small max_batch makes several coincide).
-    unique: dict[str, tuple[bool, ...]] = {}
-    for name, opens in batches.items():
-        if opens and opens not in unique.values():
-            unique[name] = opens
-    return unique
-
-
-def exact_fit_case(gather: Gather, page_size: int, opens: Sequence[bool], num_free: int) -> AllocatorCase:
-    """A consistent allocator state: row ``i`` holds its last token on its own page ``i + 1``.
-
-    Worked example, ps = 4, row 0 opens a page: seq_len 5 (4 old tokens + 1 new), its last token
-    at slot 1 * 4 + 3 = 7, the last of page 1, and (7 + 2) % 4 == 5 % 4. Row 1 does not open one:
-    seq_len 4 * 2 + 2 = 10, last token at slot 2 * 4 = 8, and (8 + 2) % 4 == 10 % 4. Free pages
-    follow the owned ones, so they never hold a request's token.
-    """
-    ps = page_size
-    seq_lens, last_loc = [], []
-    for i, opening in enumerate(opens):
-        page = i + 1
-        if opening:
-            seq_lens.append(ps * (i + 1) + 1)
-            last_loc.append(page * ps + ps - 1)
-        else:
-            seq_lens.append(ps * (i + 1) + 2)
-            last_loc.append(page * ps)
-    free = tuple(range(len(opens) + 1, len(opens) + 1 + num_free))
-    return AllocatorCase(gather=gather, page_size=ps, seq_lens=tuple(seq_lens), last_loc=tuple(last_loc), free_pages=free)
-
-
 def allocator_exact_fit_sweep(
     page_sizes: Sequence[int] = (4, 128),
     max_batch: int = 8,
@@ -436,7 +387,7 @@ def request_trace(case: TableCase, *, steps: int = 40, device: str = "cpu") -> p
     rows = []
     for s in range(max(1, bound - steps + 1), bound + 1):
         with one_torch_thread():
-            result = probe_table(dataclasses.replace(case, seq_lens=(s,)), device)
+            result = boundary_module.probe_step(case, s, device)
         if result.outcome.value == "invalid":
             raise ValueError(result.error)
         width = rule_width(case.component, g, case.rule)

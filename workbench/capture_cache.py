@@ -1,0 +1,118 @@
+"""Graph buffers made once per width and replayed many times, as the engine makes them.
+
+The engine allocates its graph buffers once, at capture, and at every replay only ``copy_``s new
+metadata into them. Probes do the same: the buffers of one shape, and on CUDA / NPU the read
+captured over them, are made on first use and reused by every later probe of that shape (a sweep
+probes each width twice, a trace forty times). Reused buffers hold what the last replay left, as
+the engine's do; the dynamic replay rewrites what it reads, and the kernel-like read masks every
+position past a row's length, so leftovers never change an outcome (tests compare every probe
+against one made on an empty cache).
+
+One request's row of a fresh pool is the same at every length: position ``j`` holds slot
+``ps + j`` (``RequestTable.fresh_pool``). So single-request probes share one wide row per page
+size and take a view of its first ``W`` columns: a (2, W) view has the shape, hence the copy
+errors, of the probe's own table. Past the request's length the view holds slots of pages the
+pool has not handed out, where a fresh table holds zeros; the dynamic replays copy only up to the
+request's length, and the static one's extra columns are masked as above.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from workbench.dsa_page_table import DsaPageTable
+from workbench.geometry import ServingGeometry, cdiv
+from workbench.graph import CapturedRead
+from workbench.npu_block_table import NpuBlockTables
+from workbench.request_table import RequestTable
+from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, check_rule
+
+MAX_ENTRIES = 16  # captured shapes kept per process: a sweep moves through widths in order
+Buffers = NpuBlockTables | DsaPageTable
+
+
+@dataclass(frozen=True)
+class RequestSlots:
+    """A probe's ``req_to_token`` and the KV pool slots its entries can name."""
+
+    req_to_token: torch.Tensor  # (bs + 1, W) int32; row 0 is the dummy row
+    num_slots: int
+
+
+@dataclass
+class Captured:
+    """One shape's buffers and the read over them, captured on first use (a probe that does not
+    read, such as a CPU sweep's, never pays for the KV pool the read gathers from)."""
+
+    buffers: Buffers
+    table: torch.Tensor  # what the kernels read: block_tables (pages) or page_table (tokens)
+    page_size: int  # tokens per entry of ``table``
+    num_slots: int
+    path: str
+    _read: CapturedRead | None = None
+
+    def read(self) -> CapturedRead:
+        if self._read is None:
+            self._read = CapturedRead.capture(self.table, self.page_size, self.num_slots, path=self.path)
+        return self._read
+
+
+_wide_rows: dict[tuple[int, str], torch.Tensor] = {}
+_captured: OrderedDict[tuple[object, ...], Captured] = OrderedDict()
+
+
+def clear() -> None:
+    """Forget every cached table and capture (tests; a device reset)."""
+    _wide_rows.clear()
+    _captured.clear()
+
+
+def request_slots(lengths: Sequence[int], width: int, page_size: int, device: torch.device | str) -> RequestSlots:
+    """The request table of requests holding ``lengths`` slots each, as a fresh pool fills it.
+
+    One request: a view of the cached wide row (see the module note). Several: ``fresh_pool``.
+    """
+    if len(lengths) != 1:
+        table = RequestTable.fresh_pool(lengths, width, page_size, device)
+        return RequestSlots(table, (sum(cdiv(n, page_size) for n in lengths) + 1) * page_size)
+    key = (page_size, str(torch.device(device)))
+    wide = _wide_rows.get(key)
+    if wide is None or wide.shape[1] < width:
+        # grow to the next power of two: a sweep over rising widths rebuilds it log2 times, not per width
+        columns = 1 << max(width - 1, 1).bit_length()
+        wide = torch.zeros((2, columns), dtype=torch.int32, device=device)
+        torch.arange(page_size, page_size + columns, dtype=torch.int32, device=device, out=wide[1])
+        _wide_rows[key] = wide
+    return RequestSlots(wide[:, :width], (cdiv(wide.shape[1], page_size) + 1) * page_size)
+
+
+def captured(
+    component: str, geometry: ServingGeometry, rule: str, *, rows: int, num_slots: int, hybrid_swa: bool,
+    device: torch.device | str, path: str,
+) -> Captured:
+    """The buffers of this shape, made on first use and reused after."""
+    rules = NPU_BLOCK_TABLE_RULES if component == "npu-block-table" else DSA_PAGE_TABLE_RULES
+    width = rules[check_rule(rule)](geometry)
+    ps = geometry.page_size
+    key = (component, rows, width, ps, hybrid_swa, num_slots, str(torch.device(device)), path)
+    found = _captured.get(key)
+    if found is not None:
+        _captured.move_to_end(key)
+        return found
+    if component == "npu-block-table":
+        npu = NpuBlockTables.allocate(geometry, rule, rows=rows, hybrid_swa=hybrid_swa, device=device)
+        made = Captured(npu, npu.block_tables, ps, num_slots, path)  # read in pages of ps tokens
+    else:
+        dsa = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
+        made = Captured(dsa, dsa.page_table, 1, num_slots, path)  # token-granular: one slot per entry
+    _captured[key] = made
+    while len(_captured) > MAX_ENTRIES:
+        _captured.popitem(last=False)
+    return made
+
+
+__all__ = ["Captured", "RequestSlots", "captured", "clear", "request_slots"]
