@@ -15,11 +15,11 @@ from workbench.geometry import cdiv
 from workbench.hardware_check import (
     COLUMNS,
     load_hardware_results,
-    measure_bytes,
     quick_suite,
     results_path,
     run_hardware_check,
 )
+from workbench.measured_memory import measure_bytes
 from workbench.seeds import SEEDS
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -77,6 +78,24 @@ def test_rule_facts(small_frame: pd.DataFrame) -> None:
     assert npu_verify.first_failing_seq_len.notna().sum() >= 6
     assert set(small_frame.buffer_unit) == {"pages", "tokens"}
     assert (small_frame.overhead_bytes == small_frame.buffer_bytes - small_frame.min_safe_bytes).all()
+
+
+def test_a_measured_sweep_records_the_bytes_torch_allocated(small_frame: pd.DataFrame) -> None:
+    assert small_frame.measured_bytes.isna().all() and (small_frame.path == "none").all()  # CPU: copy only
+    measured = run_sweep(dataclasses.replace(SMALL, measure_memory=True), cache_dir=None, progress=False)
+    for _, row in measured.iterrows():  # int32 buffers with the engine's rows (max_bs 2; verify: 2 * D)
+        ctx, ps, d = int(row.context_len), int(row.page_size), int(row.draft_tokens)
+        w = request_table_width(ctx, ps, d, steps=5)
+        if row.component == "npu-block-table":
+            expected = 2 * npu_width_pages(row.rule, ctx, ps, d, w) * 4
+        else:
+            rows = 2 * (d if row["mode"] == "target-verify" else 1)
+            width = dsa_width_tokens(row.rule, ctx, d, w)
+            expected = rows * width * 4 + (rows * ceil_div(width, ps) * 4 if ps > 1 else 0)
+        assert row.measured_bytes == expected, row.to_dict()
+    assert set(measured.measure_method) == {"untyped_storage().nbytes()"}
+    pd.testing.assert_frame_equal(measured.drop(columns=["measured_bytes", "measure_method"]),
+                                  small_frame.drop(columns=["measured_bytes", "measure_method"]))
 
 
 def test_invalid_combinations_are_skipped() -> None:

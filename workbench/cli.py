@@ -113,6 +113,8 @@ def _add_sweep_flags(parser: argparse.ArgumentParser) -> None:
                             help="comma-separated (default: SweepGrid's)")
     for name in ("overshoot", "spec_steps", "spec_topk", "max_bs"):
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
+    parser.add_argument("--measure-memory", dest="measure_memory", action="store_true", default=None,
+                        help="allocate every configuration's buffers full size and record the bytes taken")
     parser.add_argument("--executor", default="auto", help="auto (default), serial, process or ray")
     parser.add_argument("--workers", type=int, help="processes or Ray CPUs (default: every core)")
     parser.add_argument("--address", help="a Ray cluster's address (with --executor ray)")
@@ -129,8 +131,8 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     from workbench.executors import Executor
     from workbench.sweep import SweepGrid, run_sweep
 
-    changes = {name: getattr(args, name) for name in (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs")
-               if getattr(args, name) is not None}
+    names = (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs", "measure_memory")
+    changes = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
     grid = SweepGrid(**changes)
@@ -141,6 +143,10 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     for (component, rule), group in frame.groupby(["component", "rule"]):
         fails = int(group.first_failing_seq_len.notna().sum())
         out.write(f"  {component:<16} {rule:<19} {fails:>6} of {len(group):<6} fail\n")
+    if grid.measure_memory and len(frame):
+        over = frame.measured_bytes - frame.buffer_bytes
+        out.write(f"measured - predicted bytes: min {int(over.min())}, max {int(over.max())} "
+                  f"({frame.measure_method.iloc[0]})\n")
     if args.out:
         from pathlib import Path
 

@@ -29,11 +29,12 @@ import torch
 from workbench import __version__
 from workbench.cases import TABLE_COMPONENTS
 from workbench.cli_support import atomic_write_parquet
-from workbench.device import DeviceInfo, accelerator_module, allocated_bytes, device_info, synchronize
+from workbench.device import DeviceInfo, device_info
 from workbench.dsa_page_table import DsaPageTable, Replay
 from workbench.geometry import Mode, ServingGeometry
 from workbench.graph import CapturedRead, median_seconds
 from workbench.isolation import isolated_probe
+from workbench.measured_memory import allocate_full_size, measure_bytes
 from workbench.memory import ModelPreset, buffer_bytes, graph_tokens_per_request, load_presets
 from workbench.npu_block_table import NpuBlockTables
 from workbench.request_table import RequestTable
@@ -116,47 +117,6 @@ def seed_rows(device: str, timeout_s: float) -> list[Row]:
                 "path": record.get("path"), "width": record.get("buffer_width"),
             })
     return rows
-
-
-def allocate_full_size(component: str, geometry: ServingGeometry, rule: str, mode: Mode, device: str) -> list[torch.Tensor]:
-    """The buffers ``init_cuda_graph_state`` makes, with the engine's row counts.
-
-    NPU: ``block_tables`` (max_bs, B pages). DSA: ``page_table`` (max_bs * tokens per request of
-    the captured graph, B tokens) and, for ps > 1, ``real_page_table`` with cdiv(B, ps) columns.
-    """
-    if component == "npu-block-table":
-        return [NpuBlockTables.allocate(geometry, rule, device=device).block_tables]
-    rows = geometry.max_bs * graph_tokens_per_request(geometry, mode)
-    buffers = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
-    return [buffers.page_table] + ([buffers.real_page_table] if buffers.real_page_table is not None else [])
-
-
-@dataclass(frozen=True)
-class Measured:
-    measured_bytes: int
-    storage_bytes: int  # the tensors' own bytes: rows * columns * 4 for int32 tables
-    method: str
-    shapes: tuple[tuple[int, ...], ...]
-
-
-def measure_bytes(make: Callable[[], list[torch.Tensor]], device: str) -> Measured:
-    """What allocating ``make()`` took on ``device``, and the tensors' own bytes.
-
-    On a device, measured is the caching allocator's ``memory_allocated`` after minus before (it
-    rounds every block up, so it can exceed the tensors' bytes). On the CPU there is no allocator
-    statistic: measured is the storages' bytes, and the method column says so.
-    """
-    module = accelerator_module(device)
-    synchronize(device)
-    before = allocated_bytes(device)
-    tensors = make()
-    synchronize(device)
-    after = allocated_bytes(device)
-    storage = sum(t.untyped_storage().nbytes() for t in tensors)
-    shapes = tuple(tuple(t.shape) for t in tensors)
-    if module is None or before is None or after is None:
-        return Measured(storage, storage, "untyped_storage().nbytes()", shapes)
-    return Measured(after - before, storage, f"torch.{torch.device(device).type}.memory_allocated delta", shapes)
 
 
 def memory_rows(presets: Iterable[ModelPreset], device: str) -> list[Row]:

@@ -16,6 +16,7 @@ around the exact fit; ``request_trace`` follows one request up to its table's bo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -48,6 +49,7 @@ from workbench.geometry import (
     Mode,
     ServingGeometry,
 )
+from workbench.measured_memory import Measured, allocate_full_size, measure_bytes
 from workbench.memory import buffer_bytes, min_safe_bytes, rule_width
 from workbench.probe import table_case_problem
 from workbench.rules import RULE_NAMES
@@ -101,6 +103,7 @@ class SweepGrid:
     step_id: int = 0
     draft_has_kv: bool = True
     max_bs: int = 16  # graph rows for the byte counts (the GLM-5.2 recipe); probes use one request
+    measure_memory: bool = False  # also allocate every buffer full size and record the bytes it took
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # lists from widgets or JSON become tuples
@@ -120,8 +123,9 @@ class SweepGrid:
         _check_ints("spec_topk", (self.spec_topk,), 1, MAX_SPEC_TOPK)
         _check_ints("step_id", (self.step_id,), 0, self.spec_steps - 1)
         _check_ints("max_bs", (self.max_bs,), 1, MAX_GRAPH_BATCH)
-        if not isinstance(self.draft_has_kv, bool):
-            raise ValueError(f"draft_has_kv: {self.draft_has_kv!r} is not a boolean (allowed: true, false)")
+        for name in ("draft_has_kv", "measure_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: {getattr(self, name)!r} is not a boolean (allowed: true, false)")
 
     def key(self) -> str:
         """A stable hash of the grid and the workbench version: the cache key."""
@@ -176,14 +180,20 @@ SWEEP_COLUMNS: dict[str, str] = {
     "buffer_width": "int64", "buffer_unit": "object", "max_seq_len": "int64",
     "first_failing_seq_len": "Int64", "failing_offset": "Int64", "outcome": "object", "error": "object",
     "confirmed": "bool", "probes_run": "int64", "buffer_bytes": "int64", "min_safe_bytes": "int64",
-    "overhead_bytes": "int64", "overhead_ratio": "float64", "device": "object",
+    "overhead_bytes": "int64", "overhead_ratio": "float64", "device": "object", "path": "object",
+    "measured_bytes": "Int64", "measure_method": "object",
 }
 _IDENTITY = ("component", "rule", "context_len", "page_size", "draft_tokens", "mode", "width_gen", "replay")
 
 
-def sweep_row(case: TableCase, found: boundary_module.Boundary, overshoot: int, device: str = "cpu") -> dict[str, object]:
-    """One configuration's row: its boundary ``found`` and its buffer's bytes."""
+def sweep_row(
+    case: TableCase, found: boundary_module.Boundary, overshoot: int, device: str = "cpu",
+    measured: Measured | None = None,
+) -> dict[str, object]:
+    """One configuration's row: its boundary ``found``, its buffer's predicted bytes and, when
+    ``measured``, the bytes the full-size buffers took on the device."""
     g = case.geometry
+    executed = found.failing or found.passing
     first = found.first_failing_seq_len
     failing = found.failing
     size = buffer_bytes(case.component, g, case.rule, case.mode)
@@ -201,7 +211,9 @@ def sweep_row(case: TableCase, found: boundary_module.Boundary, overshoot: int, 
         "error": failing.error if failing is not None else None,
         "confirmed": found.confirmed, "probes_run": found.probes_run,
         "buffer_bytes": size, "min_safe_bytes": safe, "overhead_bytes": size - safe,
-        "overhead_ratio": (size - safe) / safe, "device": device,
+        "overhead_ratio": (size - safe) / safe, "device": device, "path": executed.path if executed else None,
+        "measured_bytes": measured.measured_bytes if measured else None,
+        "measure_method": measured.method if measured else None,
     }
 
 
@@ -266,12 +278,30 @@ def cache_paths(grid: SweepGrid, cache_dir: str | Path, device: str, chunk_size:
 
 
 
-def chunk_rows(cases: Sequence[TableCase], overshoot: int, device: str) -> list[dict[str, object]]:
+def chunk_rows(
+    cases: Sequence[TableCase], overshoot: int, device: str, measure_memory: bool = False
+) -> list[dict[str, object]]:
     """One chunk's rows: a top-level function, so process pools and Ray tasks can run it."""
     with one_torch_thread():
         limits = [search_limit(case, overshoot) for case in cases]
         found = boundary_module.fast_boundaries(cases, max_seq_lens=limits, device=device)
-        return [sweep_row(case, f, overshoot, device) for case, f in zip(cases, found)]
+        measured = _measure_chunk(cases, device) if measure_memory else [None] * len(cases)
+        return [sweep_row(case, f, overshoot, device, m) for case, f, m in zip(cases, found, measured)]
+
+
+def _measure_chunk(cases: Sequence[TableCase], device: str) -> list[Measured | None]:
+    """Each configuration's full-size buffers, allocated one configuration at a time (a 1M-token
+    DSA verify table is a gigabyte) and measured once per distinct set of shapes."""
+    seen: dict[tuple[object, ...], Measured] = {}
+    out: list[Measured | None] = []
+    for case in cases:
+        g = case.geometry
+        key = (case.component, case.rule, case.mode, g)  # the replay does not change the buffers
+        if key not in seen:
+            seen[key] = measure_bytes(functools.partial(allocate_full_size, case.component, g, case.rule, case.mode,
+                                                        device), device)
+        out.append(seen[key])
+    return out
 
 
 def run_sweep(
@@ -311,7 +341,7 @@ def run_sweep(
             todo.append(number)
         else:
             frames[number] = done
-    args = [(cases[starts[n] : starts[n] + chunk_size], grid.overshoot, device) for n in todo]
+    args = [(cases[starts[n] : starts[n] + chunk_size], grid.overshoot, device, grid.measure_memory) for n in todo]
     with tqdm(total=len(cases), desc="sweep", unit="config", disable=not progress) as bar:
         bar.update(sum(len(f) for f in frames.values()))
         pending = sum(len(a[0]) for a in args)

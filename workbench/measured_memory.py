@@ -1,0 +1,64 @@
+"""Bytes the graph buffers really take on a device, next to the bytes the workbench predicts.
+
+The probes replay narrow tensors (one row per request): whether a copy fails depends on widths
+alone. Memory is the exception: ``allocate_full_size`` makes the buffers ``init_cuda_graph_state``
+makes, with the engine's true row counts, and ``measure_bytes`` reads what allocating them took
+(``hardware-check``'s memory section, and sweeps with ``measure_memory``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from workbench.device import accelerator_module, allocated_bytes, synchronize
+from workbench.dsa_page_table import DsaPageTable
+from workbench.geometry import Mode, ServingGeometry
+from workbench.memory import graph_tokens_per_request
+from workbench.npu_block_table import NpuBlockTables
+
+
+def allocate_full_size(component: str, geometry: ServingGeometry, rule: str, mode: Mode, device: str) -> list[torch.Tensor]:
+    """The buffers ``init_cuda_graph_state`` makes, with the engine's row counts.
+
+    NPU: ``block_tables`` (max_bs, B pages). DSA: ``page_table`` (max_bs * tokens per request of
+    the captured graph, B tokens) and, for ps > 1, ``real_page_table`` with cdiv(B, ps) columns.
+    """
+    if component == "npu-block-table":
+        return [NpuBlockTables.allocate(geometry, rule, device=device).block_tables]
+    rows = geometry.max_bs * graph_tokens_per_request(geometry, mode)
+    buffers = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
+    return [buffers.page_table] + ([buffers.real_page_table] if buffers.real_page_table is not None else [])
+
+
+@dataclass(frozen=True)
+class Measured:
+    measured_bytes: int
+    storage_bytes: int  # the tensors' own bytes: rows * columns * 4 for int32 tables
+    method: str
+    shapes: tuple[tuple[int, ...], ...]
+
+
+def measure_bytes(make: Callable[[], list[torch.Tensor]], device: str) -> Measured:
+    """What allocating ``make()`` took on ``device``, and the tensors' own bytes.
+
+    On a device, measured is the caching allocator's ``memory_allocated`` after minus before (it
+    rounds every block up, so it can exceed the tensors' bytes). On the CPU there is no allocator
+    statistic: measured is the storages' bytes, and the method column says so.
+    """
+    module = accelerator_module(device)
+    synchronize(device)
+    before = allocated_bytes(device)
+    tensors = make()
+    synchronize(device)
+    after = allocated_bytes(device)
+    storage = sum(t.untyped_storage().nbytes() for t in tensors)
+    shapes = tuple(tuple(t.shape) for t in tensors)
+    if module is None or before is None or after is None:
+        return Measured(storage, storage, "untyped_storage().nbytes()", shapes)
+    return Measured(after - before, storage, f"torch.{torch.device(device).type}.memory_allocated delta", shapes)
+
+
+__all__ = ["Measured", "allocate_full_size", "measure_bytes"]
