@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +24,8 @@ from workbench.hardware_check import (
 )
 from workbench.measured_memory import measure_bytes
 from workbench.seeds import SEEDS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +134,16 @@ def test_memory_overlay_puts_measured_bytes_next_to_the_prediction(written: tupl
     assert len(overlay) == len(hardware[hardware.section == "memory"])
     # on the CPU the storage of a full-size buffer is exactly rows x width x 4 bytes: the prediction
     assert (overlay["measured_over_predicted"] == 1.0).all()
+
+
+def test_the_prepared_device_script_runs_every_step_on_the_cpu(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path), "DEVICE": "cpu", "QUICK": "1", "PY": sys.executable}
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "device_check.sh")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, (tmp_path / "steps.txt").read_text()
+    steps = (tmp_path / "steps.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in steps] == ["hardware-check", "sweep-measured", "device-tests"]
+    assert all(": exit 0 in " in line for line in steps)
+    assert len(list((tmp_path / "hardware").glob("cpu-*.parquet"))) == 1
+    sweep = pd.read_parquet(tmp_path / "sweep-measured.parquet")
+    assert len(sweep) > 0 and (sweep.measured_bytes == sweep.buffer_bytes).all()
