@@ -97,6 +97,16 @@ if hardware is None:
 else:
     display(memory_overlay(memory, hardware)[["preset", "rule", "device_name", "bytes", "measured_bytes",
                                               "measured_over_predicted"]])
+
+# With measure_memory = True the sweep also allocated every configuration's buffers full size on this
+# device: the bytes its allocator took (the storages' bytes on a CPU) next to the prediction.
+if measure_memory:
+    columns = ["rule", "context_len", "page_size", "draft_tokens", "mode", "buffer_bytes", "measured_bytes"]
+    display(sweep[columns].drop_duplicates().head(20))
+    print(f"measured with {sweep.measure_method.iloc[0]}: measured - predicted bytes from "
+          f"{int((sweep.measured_bytes - sweep.buffer_bytes).min())} to {int((sweep.measured_bytes - sweep.buffer_bytes).max())}")
+    # an allocator may round a block up, never hand out less than the tensors need
+    assert (sweep.measured_bytes >= sweep.buffer_bytes).all()
 ''')
 
 # ---- 00: overview -------------------------------------------------------------------------------
@@ -208,6 +218,7 @@ modes = check.check_choices("modes", modes, MODE_VALUES)
 width_gens = check.check_choices("width_gens", width_gens, WIDTH_GENERATIONS)
 overshoot = check.check_int("overshoot", overshoot, 0, 1024)
 safe_rules = check.check_choices("safe_rules", safe_rules, RULE_NAMES)
+measure_memory = check.check_bool("measure_memory", measure_memory)
 '''
 
 CLOSED_FORM_CHECK = '''
@@ -258,6 +269,7 @@ modes = ["decode", "target-verify", "draft-decode", "draft-extend"]
 width_gens = ["g1", "g3"]
 overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
 safe_rules = ["req-to-token"]  # the rules asserted never to fail within the request table
+measure_memory = False  # also allocate each configuration's buffers full size on the device, record the bytes
 '''),
     code(COMMON_CHECKS + TABLE_CHECKS),
     SETUP,
@@ -267,7 +279,7 @@ from workbench.sweep import SweepGrid, run_sweep
 
 grid = SweepGrid(components=("npu-block-table",), context_lens=context_lens, page_sizes=page_sizes,
                  draft_tokens=draft_tokens, modes=modes, width_gens=width_gens, replays=("dynamic",),
-                 overshoot=overshoot)
+                 overshoot=overshoot, measure_memory=measure_memory)
 sweep = run_sweep(grid, device=device, cache_dir=cache_dir, progress=progress)
 sweep.groupby(["rule", "mode"]).first_failing_seq_len.apply(lambda s: f"{s.notna().sum()} of {len(s)} fail")
 '''),
@@ -347,6 +359,7 @@ width_gens = ["g1"]
 replays = ["dynamic", "static"]
 overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
 safe_rules = ["req-to-token"]  # the rules asserted never to fail within the request table
+measure_memory = False  # also allocate each configuration's buffers full size on the device, record the bytes
 """),
     code(COMMON_CHECKS + TABLE_CHECKS + """
 replays = check.check_choices("replays", replays, ("dynamic", "static"))
@@ -358,7 +371,7 @@ from workbench.sweep import SweepGrid, run_sweep
 
 grid = SweepGrid(components=("dsa-page-table",), context_lens=context_lens, page_sizes=page_sizes,
                  draft_tokens=draft_tokens, modes=modes, width_gens=width_gens, replays=replays,
-                 overshoot=overshoot)
+                 overshoot=overshoot, measure_memory=measure_memory)
 sweep = run_sweep(grid, device=device, cache_dir=cache_dir, progress=progress)
 sweep.groupby(["replay", "rule", "mode"]).outcome.value_counts().unstack(fill_value=0)
 """),
@@ -512,6 +525,7 @@ NOTEBOOKS: dict[str, tuple[list[Cell], dict[str, object]]] = {
     }),
     "01_npu_block_tables": (NPU, {
         "context_lens": [60, 100], "page_sizes": [16], "draft_tokens": [0, 4], "width_gens": ["g1"],
+        "measure_memory": True,
     }),
     "02_dsa_page_table": (DSA, {
         "context_lens": [60, 100], "page_sizes": [16], "draft_tokens": [0, 4],

@@ -12,7 +12,7 @@ import pytest
 
 from workbench.cli import probe_record
 from workbench.memory import load_presets
-from workbench.notebook_params import ParameterError, check_choice, check_int, check_ints
+from workbench.notebook_params import ParameterError, check_bool, check_choice, check_int, check_ints
 from workbench.sweep import SweepGrid
 
 QWQ = ["--rule", "context", "--context-len", "32768", "--page-size", "128", "--draft-tokens", "16", "--mode",
@@ -88,6 +88,7 @@ GRIDS = [
     (dict(modes=("prefill",)), "modes: 'prefill' is not one of"),
     (dict(overshoot=-1), "overshoot: -1 is out of range"),
     (dict(components=("allocator",)), "components: 'allocator' is not one of"),
+    (dict(measure_memory="yes"), "measure_memory: 'yes' is not a boolean"),
 ]
 
 
@@ -105,6 +106,7 @@ def test_notebook_parameter_bad_input() -> None:
         (lambda: check_int("overshoot", 500, 0, 64), "overshoot: 500 is out of range (allowed: 0 to 64)"),
         (lambda: check_ints("page_sizes", [], 1, 256), "page_sizes: the list is empty"),
         (lambda: check_choice("device", "tpu", ["cpu", "cuda"]), "device: 'tpu' is not one of cpu, cuda"),
+        (lambda: check_bool("measure_memory", "yes"), "measure_memory: 'yes' is not a boolean (allowed: True, False)"),
     ]
     for check, message in checks:
         with pytest.raises(ParameterError) as err:

@@ -70,6 +70,12 @@ def check_choice(name: str, value: object, allowed: Iterable[str]) -> str:
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name}: {value!r} is not a boolean (allowed: True, False)")
+    return value
+
+
 def check_device(value: object) -> str:
     """``auto``, ``cpu``, ``cuda`` or ``npu``, resolved to the device the tensors will live on."""
     name = check_choice("device", value, DEVICE_CHOICES)
