@@ -32,6 +32,7 @@ from workbench.request_table import RequestTable
 from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, check_rule
 
 MAX_ENTRIES = 16  # captured shapes kept per process: a sweep moves through widths in order
+MAX_WIDE_ROWS = 8  # page sizes whose wide row is kept (16 MB each at a 1M context)
 Buffers = NpuBlockTables | DsaPageTable
 
 
@@ -61,7 +62,7 @@ class Captured:
         return self._read
 
 
-_wide_rows: dict[tuple[int, str], torch.Tensor] = {}
+_wide_rows: OrderedDict[tuple[int, str], torch.Tensor] = OrderedDict()
 _captured: OrderedDict[tuple[object, ...], Captured] = OrderedDict()
 
 
@@ -87,6 +88,9 @@ def request_slots(lengths: Sequence[int], width: int, page_size: int, device: to
         wide = torch.zeros((2, columns), dtype=torch.int32, device=device)
         torch.arange(page_size, page_size + columns, dtype=torch.int32, device=device, out=wide[1])
         _wide_rows[key] = wide
+        while len(_wide_rows) > MAX_WIDE_ROWS:
+            _wide_rows.popitem(last=False)
+    _wide_rows.move_to_end(key)
     return RequestSlots(wide[:, :width], (cdiv(wide.shape[1], page_size) + 1) * page_size)
 
 
