@@ -15,7 +15,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -133,15 +133,27 @@ def compare_searches(cases: list[TableCase]) -> tuple[float, float]:
 
 
 def run_bench(num_configs: int = 20_000, step_by_step_configs: int = 200, seed: int = 0,
-              executor: Executor | None = None) -> dict[str, Any]:
+              executor: Executor | None = None, progress: IO[str] | None = None) -> dict[str, Any]:
+    """Every measurement, in order; ``progress`` gets one line as each starts (they take ~40 s)."""
+
+    def say(text: str) -> None:
+        if progress is not None:
+            progress.write(text + "\n")
+            progress.flush()
+
     cases = bench_cases(num_configs, seed)
     executor = executor or Executor(kind="process")
     chunks = [(cases[i : i + CHUNK],) for i in range(0, len(cases), CHUNK)]
+    say(f"bench: verifying {num_configs} configurations ({executor.resolved(num_configs)}, "
+        f"{executor.num_workers()} workers)")
     verified = _seconds(lambda: list(run_chunks(verify_chunk, chunks, executor, num_configs=len(cases))))
+    sweep_rss = peak_rss_mb(executor.num_workers() if executor.resolved(num_configs) == "process" else 0)
     counts = {name: sum(1 for c in cases if _component(c) == name) for name in COMPONENTS}
     subset = [c for c in cases if isinstance(c, TableCase)][:step_by_step_configs]
     with one_torch_thread():
+        say(f"bench: step-by-step against fast search on {len(subset)} table configurations")
         fast_s, slow_s = compare_searches(subset)
+        say("bench: closed form, alloc_decode, simulated runs")
         results: dict[str, Any] = {
             "machine": f"{sys.platform}, {os.cpu_count()} cores, torch {torch.__version__}",
             "executor": f"{executor.resolved(len(cases))} ({executor.num_workers()} workers)",
@@ -154,9 +166,18 @@ def run_bench(num_configs: int = 20_000, step_by_step_configs: int = 200, seed: 
             "step_by_step_over_fast": round(slow_s / fast_s, 1),
             "alloc_decode_us_batch_256": {g.value: round(alloc_decode_us(g), 1) for g in Gather},
             "simulated_requests_per_s": _simulated_requests_per_s(),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mb": sweep_rss,
         }
     return results
+
+
+def peak_rss_mb(workers: int) -> float:
+    """The verified sweep's peak memory, an upper bound, read as soon as it ends: this process's peak
+    RSS plus ``workers`` times the largest finished worker's (Linux reports ru_maxrss in kB, for the
+    process and for its largest reaped child)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round((own + workers * child) / 1024, 1)
 
 
 def _component(config: BenchConfig) -> str:

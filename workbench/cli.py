@@ -168,7 +168,8 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
     from workbench.executors import Executor
 
     executor = Executor(kind=args.executor, workers=args.workers)
-    results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step, executor=executor)
+    results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step, executor=executor,
+                        progress=sys.stderr)
     out.write((json.dumps(results) if args.json else format_bench(results)) + "\n")
 
 
