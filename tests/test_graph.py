@@ -120,3 +120,41 @@ def test_npu_graph_replay_agrees_with_the_cpu() -> None:
     if not find_npu().available:
         pytest.skip("no Ascend NPU (torch_npu with its runtime)")
     _device_checks("npu")
+
+
+class _CountingGraph:
+    """Stands in for torch.cuda.CUDAGraph where no device exists: replay() runs the captured body."""
+
+    captures: list[_CountingGraph] = []
+
+    def __init__(self, body: object) -> None:
+        self.body = body
+        self.replays = 0
+        _CountingGraph.captures.append(self)
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.body()  # type: ignore[operator]
+
+
+def test_searches_capture_one_graph_per_width_and_replay_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph path's bookkeeping, checked on the CPU with a stand-in graph: a trace of 40 steps
+    at one width captures once and replays 40 times; each probe reports ``graph``."""
+    import workbench.graph
+    from workbench import capture_cache
+    from workbench.boundary import probe_step
+    from workbench.sweep import request_trace
+
+    monkeypatch.setattr(workbench.graph, "graph_supported", lambda device: True)
+    monkeypatch.setattr(workbench.graph, "_capture", lambda body, device: _CountingGraph(body))
+    _CountingGraph.captures = []
+    capture_cache.clear()
+    case = parse_case(SEEDS[0].before)
+    trace = request_trace(case, steps=40)
+    assert len(trace) == 40 and set(trace.outcome) == {"ok", "shape-error"}
+    assert len(_CountingGraph.captures) == 1
+    passed = int((trace.outcome == "ok").sum())
+    assert _CountingGraph.captures[0].replays == passed  # a failed copy_ raises before the replay
+    assert probe_step(case, 1000).path == "graph"  # another length of the same width: the same graph
+    assert len(_CountingGraph.captures) == 1 and _CountingGraph.captures[0].replays == passed + 1
+    capture_cache.clear()
