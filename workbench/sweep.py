@@ -172,7 +172,9 @@ def search_limit(case: TableCase, overshoot: int) -> int:
 # ---- one row ------------------------------------------------------------------------------------
 
 # Column -> dtype of the sweep frame; every frame (computed or read back) is cast to it, so a
-# resumed sweep and an uninterrupted one compare equal.
+# resumed sweep and an uninterrupted one compare equal. ``path`` is the read that followed the
+# executed steps' copy (graph, eager, or none: CPU searches skip it, see probe.probe_table);
+# ``measured_bytes`` and ``measure_method`` are filled only when the grid asks to measure memory.
 SWEEP_COLUMNS: dict[str, str] = {
     "component": "object", "rule": "object", "context_len": "int64", "page_size": "int64",
     "draft_tokens": "int64", "mode": "object", "width_gen": "object", "replay": "object",
