@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from devices import require
 
 from workbench import device as dev
 from workbench.device import Found, allocated_bytes, device_info, sanitize_name, select_device
@@ -116,8 +117,7 @@ def test_cpu_facts() -> None:
 
 @pytest.mark.cuda
 def test_cuda_facts_and_allocator_statistics() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+    require("cuda")
     info = device_info("cuda")
     assert info.kind == "cuda" and info.name == torch.cuda.get_device_name(0)
     assert info.file_stem == "cuda-" + sanitize_name(info.name)
@@ -129,8 +129,7 @@ def test_cuda_facts_and_allocator_statistics() -> None:
 
 @pytest.mark.npu
 def test_npu_facts_and_allocator_statistics() -> None:
-    if not dev.find_npu().available:
-        pytest.skip("no Ascend NPU (torch_npu with its runtime)")
+    require("npu")
     info = device_info("npu")
     assert info.kind == "npu" and info.name
     before = allocated_bytes("npu")

@@ -6,9 +6,9 @@ import random
 
 import pytest
 import torch
+from devices import ACCELERATORS, require
 
 from workbench.cases import parse_case
-from workbench.device import find_npu
 from workbench.graph import CapturedRead, choose_path, gather_kv, median_seconds
 from workbench.isolation import isolated_probe
 from workbench.probe import probe
@@ -108,18 +108,10 @@ def _device_checks(device: str) -> None:
     assert all(str(r.get("device", device)).startswith(device) for r in here)
 
 
-@pytest.mark.cuda
-def test_cuda_graph_replay_agrees_with_the_cpu() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    _device_checks("cuda")
-
-
-@pytest.mark.npu
-def test_npu_graph_replay_agrees_with_the_cpu() -> None:
-    if not find_npu().available:
-        pytest.skip("no Ascend NPU (torch_npu with its runtime)")
-    _device_checks("npu")
+@pytest.mark.parametrize("device", ACCELERATORS)
+def test_graph_replay_agrees_with_the_cpu(device: str) -> None:
+    require(device)
+    _device_checks(device)
 
 
 class _CountingGraph:

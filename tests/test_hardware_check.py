@@ -11,9 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from devices import ACCELERATORS, require
 
 from workbench.cli import main
-from workbench.device import DeviceInfo, device_info, find_npu
+from workbench.device import DeviceInfo, device_info
 from workbench.geometry import cdiv
 from workbench.hardware_check import (
     COLUMNS,
@@ -111,18 +112,10 @@ def _device_memory_check(device: str) -> None:
     assert set(frame[frame.section == "seed"].outcome) == {"shape-error", "ok", "index-error"}
 
 
-@pytest.mark.cuda
-def test_cuda_suite() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    _device_memory_check("cuda")
-
-
-@pytest.mark.npu
-def test_npu_suite() -> None:
-    if not find_npu().available:
-        pytest.skip("no Ascend NPU (torch_npu with its runtime)")
-    _device_memory_check("npu")
+@pytest.mark.parametrize("device", ACCELERATORS)
+def test_device_suite(device: str) -> None:
+    require(device)
+    _device_memory_check(device)
 
 
 def test_memory_overlay_puts_measured_bytes_next_to_the_prediction(written: tuple[Path, pd.DataFrame, str]) -> None:
