@@ -29,7 +29,6 @@ from workbench.geometry import ServingGeometry, cdiv
 from workbench.graph import CapturedRead
 from workbench.npu_block_table import NpuBlockTables
 from workbench.request_table import RequestTable
-from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, check_rule
 
 MAX_ENTRIES = 16  # captured shapes kept per process: a sweep moves through widths in order
 MAX_WIDE_ROWS = 8  # page sizes whose wide row is kept (16 MB each at a 1M context)
@@ -95,12 +94,11 @@ def request_slots(lengths: Sequence[int], width: int, page_size: int, device: to
 
 
 def captured(
-    component: str, geometry: ServingGeometry, rule: str, *, rows: int, num_slots: int, hybrid_swa: bool,
-    device: torch.device | str, path: str,
+    component: str, geometry: ServingGeometry, rule: str, width: int, *, rows: int, num_slots: int,
+    hybrid_swa: bool, device: torch.device | str, path: str,
 ) -> Captured:
-    """The buffers of this shape, made on first use and reused after."""
-    rules = NPU_BLOCK_TABLE_RULES if component == "npu-block-table" else DSA_PAGE_TABLE_RULES
-    width = rules[check_rule(rule)](geometry)
+    """The buffers of this shape (``width``: the rule's width for ``geometry``, the cache key), made on
+    first use and reused after."""
     ps = geometry.page_size
     key = (component, rows, width, ps, hybrid_swa, num_slots, str(torch.device(device)), path)
     found = _captured.get(key)

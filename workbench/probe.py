@@ -84,9 +84,11 @@ def probe_table(
     table = capture_cache.request_slots(lengths, width, g.page_size, device)
     path = choose_path(device)  # a captured graph on CUDA / NPU, the same read run eagerly on the CPU
     read = kernel_read if kernel_read is not None else path == GRAPH_PATH
+    buffer_width = _buffer_width(case)
     replay = _replay_npu if case.component == "npu-block-table" else _replay_dsa
-    outcome, error = classify_replay(case.component, lambda: replay(case, table, lengths, device, path, read), reads)
-    return _result(case, outcome, error, _buffer_width(case), max(reads), device, path if read else NO_READ)
+    outcome, error = classify_replay(
+        case.component, lambda: replay(case, buffer_width, table, lengths, device, path, read), reads)
+    return _result(case, outcome, error, buffer_width, max(reads), device, path if read else NO_READ)
 
 
 def classify_replay(component: str, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
@@ -116,13 +118,13 @@ def _buffer_width(case: TableCase) -> int:
 
 
 def _replay_npu(
-    case: TableCase, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
+    case: TableCase, width: int, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
     read: bool,
 ) -> int:
     """Replay, then (if ``read``) the kernel-like read; returns the tokens a block-table row covers."""
     g = case.geometry
     rows = len(case.seq_lens)
-    state = capture_cache.captured(case.component, g, case.rule, rows=rows, num_slots=table.num_slots,
+    state = capture_cache.captured(case.component, g, case.rule, width, rows=rows, num_slots=table.num_slots,
                                    hybrid_swa=case.hybrid_swa, device=device, path=path)
     assert isinstance(state.buffers, NpuBlockTables)
     full_to_swa = None
@@ -138,7 +140,7 @@ def _replay_npu(
 
 
 def _replay_dsa(
-    case: TableCase, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
+    case: TableCase, width: int, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
     read: bool,
 ) -> int:
     """Replay, then (if ``read``) the kernel-like read; returns the width in tokens, which is also
@@ -151,11 +153,11 @@ def _replay_dsa(
     """
     g = case.geometry
     per_request = tokens_per_request(g, case.mode, case.accept_len)
-    if DSA_PAGE_TABLE_RULES[case.rule](g) > 1:
+    if width > 1:
         per_request = 1
     bs = len(case.seq_lens)
-    state = capture_cache.captured(case.component, g, case.rule, rows=bs * per_request, num_slots=table.num_slots,
-                                   hybrid_swa=False, device=device, path=path)
+    state = capture_cache.captured(case.component, g, case.rule, width, rows=bs * per_request,
+                                   num_slots=table.num_slots, hybrid_swa=False, device=device, path=path)
     assert isinstance(state.buffers, DsaPageTable)
     state.buffers.replay(
         table.req_to_token, range(1, bs + 1), list(case.seq_lens), case.mode,
