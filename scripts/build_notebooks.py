@@ -42,7 +42,7 @@ progress = False  # a tqdm bar for the sweep
 '''
 
 COMMON_CHECKS = '''
-from workbench import notebook_params as check
+from workbench.present import notebook_params as check
 
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
@@ -52,7 +52,7 @@ SETUP = code('''
 import pandas as pd
 import plotly.io as pio
 
-from workbench.report import save_figure
+from workbench.present.report import save_figure
 
 # JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
 # show its figures offline too (plotly.js is inlined once per notebook).
@@ -74,9 +74,9 @@ def seed_check(index: int, statement: str, boundary: int) -> Cell:
     and the boundary the spec gives for it."""
     return code(f'''
 # {statement}, boundary {boundary}.
-from workbench.boundary import find_boundary
-from workbench.probe import probe
-from workbench.seeds import boundary_case
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.probe import probe
+from workbench.analysis.seeds import boundary_case
 
 seed = SEEDS[{index}]
 assert probe(parse_case(seed.before), device).error == seed.expected_error
@@ -87,7 +87,7 @@ assert find_boundary(seed_search, device=device).first_failing_seq_len == {bound
 
 # Notebooks 01 and 02 show device-measured bytes next to the prediction where such files exist.
 HARDWARE_OVERLAY = code('''
-from workbench.hardware_check import load_hardware_results, memory_overlay
+from workbench.devices.hardware_check import load_hardware_results, memory_overlay
 
 # Bytes measured on real devices (committed files under data/hardware/), next to the prediction.
 hardware = load_hardware_results()
@@ -139,15 +139,15 @@ allocator_max_batch = check.check_int("allocator_max_batch", allocator_max_batch
     SETUP,
     md("## The seed cases, reproduced"),
     code('''
-from workbench.report import seed_rows
-from workbench.seeds import SEEDS
+from workbench.present.report import seed_rows
+from workbench.analysis.seeds import SEEDS
 
 seeds = pd.DataFrame(seed_rows(device))
 seeds
 '''),
     md("## Sweep: both tables, every rule and mode"),
     code('''
-from workbench.sweep import SweepGrid, allocator_exact_fit_sweep, run_sweep
+from workbench.analysis.sweep import SweepGrid, allocator_exact_fit_sweep, run_sweep
 
 grid = SweepGrid(context_lens=context_lens, page_sizes=page_sizes, draft_tokens=draft_tokens,
                  modes=("decode", "target-verify", "draft-decode", "draft-extend"), overshoot=overshoot)
@@ -157,7 +157,7 @@ len(sweep), len(exact_fit)
 '''),
     md("## One figure per component"),
     code('''
-from workbench.plots import exact_fit_map, failure_map
+from workbench.present.plots import exact_fit_map, failure_map
 
 publish(failure_map(sweep[sweep.component == "npu-block-table"]), "00_npu_block_table_failures")
 publish(failure_map(sweep[sweep.component == "dsa-page-table"]), "00_dsa_page_table_failures")
@@ -175,7 +175,7 @@ safety
 '''),
     md("## Explorer"),
     code('''
-from workbench.explorer import explorer
+from workbench.present.explorer import explorer
 
 explorer("npu-block-table", device=device)
 '''),
@@ -207,9 +207,9 @@ assert not exact_fit[exact_fit.gather == "npu-clamped"].outcome.isin(["index-err
 # ---- 01: NPU block tables -----------------------------------------------------------------------
 
 TABLE_CHECKS = '''
-from workbench.geometry import WIDTH_GENERATIONS
-from workbench.rules import RULE_NAMES
-from workbench.sweep import MODE_VALUES
+from workbench.model.geometry import WIDTH_GENERATIONS
+from workbench.backends.rules import RULE_NAMES
+from workbench.analysis.sweep import MODE_VALUES
 
 context_lens = check.check_ints("context_lens", context_lens, 2, 1 << 20)
 page_sizes = check.check_ints("page_sizes", page_sizes, 1, 4096)
@@ -226,7 +226,7 @@ CLOSED_FORM_CHECK = '''
 # NPU: first s = B * ps - lookahead + 1; DSA: first s = B - lookahead + 1; inside the searched bound.
 import numpy as np
 
-from workbench.closed_form import NO_FAILURE, first_failing_seq_len
+from workbench.analysis.closed_form import NO_FAILURE, first_failing_seq_len
 
 columns = {name: sweep[name].to_numpy() for name in
            ("component", "rule", "mode", "width_gen", "context_len", "page_size", "draft_tokens",
@@ -242,8 +242,8 @@ assert wrong.empty, wrong[["rule", "context_len", "page_size", "draft_tokens", "
 SAFE_RULES_CHECK = '''
 # The rules claimed safe (req-to-token) never fail anywhere in the request table's bounds: the
 # search here runs to the largest committed length the table holds, past ctx - 1 + overshoot.
-from workbench.boundary import find_boundary
-from workbench.sweep import table_cases
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.sweep import table_cases
 
 claimed = [case for case in table_cases(grid) if case.rule in safe_rules]
 failing = [(case, b.first_failing_seq_len, b.failing.error) for case in claimed
@@ -275,7 +275,7 @@ measure_memory = False  # also allocate each configuration's buffers full size o
     SETUP,
     md("## Sweep: executed boundaries"),
     code('''
-from workbench.sweep import SweepGrid, run_sweep
+from workbench.analysis.sweep import SweepGrid, run_sweep
 
 grid = SweepGrid(components=("npu-block-table",), context_lens=context_lens, page_sizes=page_sizes,
                  draft_tokens=draft_tokens, modes=modes, width_gens=width_gens, replays=("dynamic",),
@@ -285,11 +285,11 @@ sweep.groupby(["rule", "mode"]).first_failing_seq_len.apply(lambda s: f"{s.notna
 '''),
     md("## Figures"),
     code('''
-from workbench.memory import load_presets, memory_table
-from workbench.cases import parse_case
-from workbench.plots import failure_map, memory_overhead, request_trace_plot
-from workbench.seeds import SEEDS
-from workbench.sweep import request_trace
+from workbench.analysis.memory import load_presets, memory_table
+from workbench.analysis.cases import parse_case
+from workbench.present.plots import failure_map, memory_overhead, request_trace_plot
+from workbench.analysis.seeds import SEEDS
+from workbench.analysis.sweep import request_trace
 
 publish(failure_map(sweep), "01_npu_failure_map")
 publish(memory_overhead(sweep), "01_npu_memory_overhead")
@@ -301,7 +301,7 @@ publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "
     HARDWARE_OVERLAY,
     md("## Explorer"),
     code('''
-from workbench.explorer import explorer
+from workbench.present.explorer import explorer
 
 explorer("npu-block-table", device=device)
 '''),
@@ -367,7 +367,7 @@ replays = check.check_choices("replays", replays, ("dynamic", "static"))
     SETUP,
     md("## Sweep: executed boundaries"),
     code("""
-from workbench.sweep import SweepGrid, run_sweep
+from workbench.analysis.sweep import SweepGrid, run_sweep
 
 grid = SweepGrid(components=("dsa-page-table",), context_lens=context_lens, page_sizes=page_sizes,
                  draft_tokens=draft_tokens, modes=modes, width_gens=width_gens, replays=replays,
@@ -377,11 +377,11 @@ sweep.groupby(["replay", "rule", "mode"]).outcome.value_counts().unstack(fill_va
 """),
     md("## Figures"),
     code("""
-from workbench.cases import parse_case
-from workbench.memory import load_presets, memory_table
-from workbench.plots import failure_map, kv_budget_share, request_trace_plot
-from workbench.seeds import SEEDS
-from workbench.sweep import request_trace
+from workbench.analysis.cases import parse_case
+from workbench.analysis.memory import load_presets, memory_table
+from workbench.present.plots import failure_map, kv_budget_share, request_trace_plot
+from workbench.analysis.seeds import SEEDS
+from workbench.analysis.sweep import request_trace
 
 publish(failure_map(sweep), "02_dsa_failure_map")
 memory = memory_table(load_presets(), components=("dsa-page-table",))
@@ -392,7 +392,7 @@ publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "
     HARDWARE_OVERLAY,
     md("## Explorer"),
     code("""
-from workbench.explorer import explorer
+from workbench.present.explorer import explorer
 
 explorer("dsa-page-table", device=device, context_len=90000, page_size=64, draft_tokens=6,
          rule="context-plus-draft")
@@ -456,7 +456,7 @@ safe_gathers = check.check_choices("safe_gathers", safe_gathers, GATHERS)
     SETUP,
     md("## Sweep: every batch composition and free-pool size around the exact fit"),
     code("""
-from workbench.sweep import allocator_exact_fit_sweep
+from workbench.analysis.sweep import allocator_exact_fit_sweep
 
 exact_fit = allocator_exact_fit_sweep(page_sizes, max_batch, gathers, device=device)
 exact_fit.assign(fit=(exact_fit.free_pages - exact_fit.pages_needed).clip(-1, 1).map(
@@ -464,22 +464,22 @@ exact_fit.assign(fit=(exact_fit.free_pages - exact_fit.pages_needed).clip(-1, 1)
 """),
     md("## Figures"),
     code("""
-from workbench.plots import exact_fit_map
+from workbench.present.plots import exact_fit_map
 
 publish(exact_fit_map(exact_fit), "03_allocator_exact_fit")
 """),
     md("## Explorer"),
     code("""
-from workbench.explorer import explorer
+from workbench.present.explorer import explorer
 
 explorer("allocator", device=device, page_size=4, gather="npu-legacy")
 """),
     md("## Assertions: this notebook is a regression test"),
     code("""
 # The seed test vector reproduces: IndexError before the fix, [44, 21, 30] after it.
-from workbench.cases import parse_case
-from workbench.probe import probe
-from workbench.seeds import SEEDS
+from workbench.analysis.cases import parse_case
+from workbench.analysis.probe import probe
+from workbench.analysis.seeds import SEEDS
 
 seed = SEEDS[2]
 assert probe(parse_case(seed.before), device).error == seed.expected_error

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from workbench.explorer import ExplorerState, explore
+from workbench.present.explorer import ExplorerState, explore
 
 STATES = {
     "npu QwQ seed (ctx 32768)": ExplorerState(),

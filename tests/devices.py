@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.device import find_npu
+from workbench.devices.device import find_npu
 
 ACCELERATORS = [pytest.param("cuda", marks=pytest.mark.cuda), pytest.param("npu", marks=pytest.mark.npu)]
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from reference import alloc_decode, alloc_extend, ceil_div
 
-from workbench.allocator import IntegrityError, PagedAllocator
-from workbench.cases import AllocatorCase, parse_case
-from workbench.outcome import Outcome
-from workbench.probe import probe_allocator
+from workbench.analysis.cases import AllocatorCase, parse_case
+from workbench.analysis.probe import probe_allocator
+from workbench.model.allocator import IntegrityError, PagedAllocator
+from workbench.model.outcome import Outcome
 
 SEED = dict(component="allocator", page_size=4, seq_lens=[5, 10, 7], last_loc=[11, 20, 29], free_pages=[11])
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from workbench.analysis.memory import load_presets
+from workbench.analysis.sweep import SweepGrid
 from workbench.cli import probe_record
-from workbench.memory import load_presets
-from workbench.notebook_params import ParameterError, check_bool, check_choice, check_int, check_ints
-from workbench.sweep import SweepGrid
+from workbench.present.notebook_params import ParameterError, check_bool, check_choice, check_int, check_ints
 
 QWQ = ["--rule", "context", "--context-len", "32768", "--page-size", "128", "--draft-tokens", "16", "--mode",
        "target-verify"]

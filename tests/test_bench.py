@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workbench.bench import bench_cases, verify_chunk
-from workbench.boundary import find_boundary
-from workbench.cases import TableCase
+from workbench.analysis.bench import bench_cases, verify_chunk
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.cases import TableCase
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {"machine", "executor", "verified_configs", "verified_by_component", "verified_seconds",

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from workbench.analysis.seeds import SEEDS, boundary_case
 from workbench.cli import main
-from workbench.seeds import SEEDS, boundary_case
 
 
 def _run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:

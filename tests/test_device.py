@@ -12,8 +12,8 @@ import pytest
 import torch
 from devices import require
 
-from workbench import device as dev
-from workbench.device import Found, allocated_bytes, device_info, sanitize_name, select_device
+from workbench.devices import device as dev
+from workbench.devices.device import Found, allocated_bytes, device_info, sanitize_name, select_device
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def test_a_broken_torch_npu_breaks_plain_torch_but_not_workbench(tmp_path: Path)
     assert plain.returncode != 0 and "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in plain.stderr  # the failure the guard prevents
     script = textwrap.dedent("""
         import os, workbench, torch
-        from workbench.device import select_device
+        from workbench.devices.device import select_device
         print(os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"])
         print(select_device("auto").summary)
     """)

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from workbench.allocator import Gather
-from workbench.exact_fit import AllocatorConfig, allocator_boundaries, exact_fit_case
-from workbench.outcome import Outcome
-from workbench.probe import probe_allocator
+from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries, exact_fit_case
+from workbench.analysis.probe import probe_allocator
+from workbench.model.allocator import Gather
+from workbench.model.outcome import Outcome
 
 
 def _scanned_first_ok_free(config: AllocatorConfig) -> int:

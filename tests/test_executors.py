@@ -7,8 +7,8 @@ import importlib.util
 import pandas as pd
 import pytest
 
-from workbench.executors import Executor
-from workbench.sweep import SweepGrid, run_sweep
+from workbench.analysis.executors import Executor
+from workbench.analysis.sweep import SweepGrid, run_sweep
 
 GRID = SweepGrid(context_lens=(300, 1000), page_sizes=(1, 64), draft_tokens=(0, 6), modes=("decode", "target-verify"))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import reference
 
-from workbench.explorer import Explorer, ExplorerState, allocator_case, explore, longest_seq_len, table_case
-from workbench.geometry import Mode
+from workbench.model.geometry import Mode
+from workbench.present.explorer import Explorer, ExplorerState, allocator_case, explore, longest_seq_len, table_case
 
 NPU_SEED = ExplorerState()  # QwQ-32B: ctx 32768, ps 128, D 16, overshoot 2, context rule, verify
 DSA_SEED = ExplorerState(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6,

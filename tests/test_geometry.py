@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from reference import request_table_width
 
-from workbench.geometry import Mode, ServingGeometry
+from workbench.model.geometry import Mode, ServingGeometry
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import pytest
 import torch
 from devices import ACCELERATORS, require
 
-from workbench.cases import parse_case
-from workbench.graph import CapturedRead, choose_path, gather_kv, median_seconds
-from workbench.isolation import isolated_probe
-from workbench.probe import probe
-from workbench.seeds import SEEDS
+from workbench.analysis.cases import parse_case
+from workbench.analysis.probe import probe
+from workbench.analysis.seeds import SEEDS
+from workbench.devices.graph import CapturedRead, choose_path, gather_kv, median_seconds
+from workbench.devices.isolation import isolated_probe
 
 
 def _reference_read(table: list[list[int]], seq_lens: list[int], page_size: int) -> list[int]:
@@ -132,13 +132,13 @@ class _CountingGraph:
 def test_searches_capture_one_graph_per_width_and_replay_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The graph path's bookkeeping, checked on the CPU with a stand-in graph: a trace of 40 steps
     at one width captures once and replays 40 times; each probe reports ``graph``."""
-    import workbench.graph
-    from workbench import capture_cache
-    from workbench.boundary import probe_step
-    from workbench.sweep import request_trace
+    import workbench.devices.graph
+    from workbench.analysis import capture_cache
+    from workbench.analysis.boundary import probe_step
+    from workbench.analysis.sweep import request_trace
 
-    monkeypatch.setattr(workbench.graph, "graph_supported", lambda device: True)
-    monkeypatch.setattr(workbench.graph, "_capture", lambda body, device: _CountingGraph(body))
+    monkeypatch.setattr(workbench.devices.graph, "graph_supported", lambda device: True)
+    monkeypatch.setattr(workbench.devices.graph, "_capture", lambda body, device: _CountingGraph(body))
     _CountingGraph.captures = []
     capture_cache.clear()
     case = parse_case(SEEDS[0].before)

@@ -13,18 +13,18 @@ import pytest
 import torch
 from devices import ACCELERATORS, require
 
+from workbench.analysis.seeds import SEEDS
 from workbench.cli import main
-from workbench.device import DeviceInfo, device_info
-from workbench.geometry import cdiv
-from workbench.hardware_check import (
+from workbench.devices.device import DeviceInfo, device_info
+from workbench.devices.hardware_check import (
     COLUMNS,
     load_hardware_results,
     quick_suite,
     results_path,
     run_hardware_check,
 )
-from workbench.measured_memory import measure_bytes
-from workbench.seeds import SEEDS
+from workbench.devices.measured_memory import measure_bytes
+from workbench.model.geometry import cdiv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,8 +119,8 @@ def test_device_suite(device: str) -> None:
 
 
 def test_memory_overlay_puts_measured_bytes_next_to_the_prediction(written: tuple[Path, pd.DataFrame, str]) -> None:
-    from workbench.hardware_check import memory_overlay
-    from workbench.memory import memory_table
+    from workbench.analysis.memory import memory_table
+    from workbench.devices.hardware_check import memory_overlay
 
     hardware = written[1]
     overlay = memory_overlay(memory_table(quick_suite().presets), hardware)

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from workbench.isolation import (
+from workbench.analysis.seeds import EXACT_FIT, QWQ_NPU
+from workbench.devices.isolation import (
     describe_exit,
     died_record,
     isolated_probe,
@@ -19,7 +20,6 @@ from workbench.isolation import (
     raised_record,
     run_isolated,
 )
-from workbench.seeds import EXACT_FIT, QWQ_NPU
 
 # ---- child targets: module level, so a spawned child can import them by name ----------------------
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from reference import ceil_div, request_table_width
 
-from workbench.boundary import find_boundary
-from workbench.cases import TableCase
-from workbench.dsa_page_table import Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.memory import buffer_bytes, load_presets, memory_table, min_safe_width
-from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.cases import TableCase
+from workbench.analysis.memory import buffer_bytes, load_presets, memory_table, min_safe_width
+from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.model.geometry import Mode, ServingGeometry
 
 QWQ = ServingGeometry(context_len=32768, page_size=128, draft_tokens=16, spec_topk=10, draft_has_kv=False, max_bs=32)
 GLM = ServingGeometry(context_len=90000, page_size=64, draft_tokens=6, spec_steps=5, max_bs=16)

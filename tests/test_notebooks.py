@@ -15,7 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from workbench.report import NOTEBOOKS_DIR, build_report, notebook_paths, notebook_test_parameters, run_papermill
+from workbench.present.report import NOTEBOOKS_DIR, build_report, notebook_paths, notebook_test_parameters, run_papermill
 
 NOTEBOOKS = notebook_paths()
 

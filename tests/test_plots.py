@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.cases import TableCase
-from workbench.geometry import Mode, ServingGeometry
-from workbench.memory import load_presets, memory_table
-from workbench.plots import exact_fit_map, failure_map, kv_budget_share, memory_overhead, request_trace_plot
-from workbench.sweep import SweepGrid, allocator_exact_fit_sweep, request_trace, run_sweep
+from workbench.analysis.cases import TableCase
+from workbench.analysis.memory import load_presets, memory_table
+from workbench.analysis.sweep import SweepGrid, allocator_exact_fit_sweep, request_trace, run_sweep
+from workbench.model.geometry import Mode, ServingGeometry
+from workbench.present.plots import exact_fit_map, failure_map, kv_budget_share, memory_overhead, request_trace_plot
 
 
 @pytest.fixture(scope="module")

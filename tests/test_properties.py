@@ -14,13 +14,13 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, assume, given, settings
 from reference import alloc_decode, predict_table_probe, request_table_width
 
-from workbench import capture_cache
-from workbench.allocator import Gather, PagedAllocator
-from workbench.boundary import find_boundary
-from workbench.cases import AllocatorCase, TableCase
-from workbench.dsa_page_table import Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.probe import probe_allocator, probe_table
+from workbench.analysis import capture_cache
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.cases import AllocatorCase, TableCase
+from workbench.analysis.probe import probe_allocator, probe_table
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.geometry import Mode, ServingGeometry
 
 SCALE = 100 if os.environ.get("WORKBENCH_PROPERTIES") == "long" else 1
 CASES = {"count": 0}  # read by conftest.py for the end-of-run summary

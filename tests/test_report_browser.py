@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.report import NO_CHROMIUM, NOTEBOOKS_DIR, build_report, export_pngs, find_chromium
+from workbench.present.report import NO_CHROMIUM, NOTEBOOKS_DIR, build_report, export_pngs, find_chromium
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -13,15 +13,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.boundary import find_boundary
-from workbench.cases import AllocatorCase, TableCase
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.cases import AllocatorCase, TableCase
+from workbench.analysis.probe import probe_allocator, probe_table
+from workbench.backends.sglang_dsa_page_table import Replay
 from workbench.cli import main
-from workbench.dsa_page_table import Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.probe import probe_allocator, probe_table
-from workbench.simulate import SimRun, capture_buckets, exact_fit_victim, simulate
-from workbench.simulate_summary import compare, explore, failure_share, records_frame, requests_frame, sweep
-from workbench.workload import (
+from workbench.model.geometry import Mode, ServingGeometry
+from workbench.sim.simulate import SimRun, capture_buckets, exact_fit_victim, simulate
+from workbench.sim.simulate_summary import compare, explore, failure_share, records_frame, requests_frame, sweep
+from workbench.sim.workload import (
     Acceptance,
     LengthDist,
     Request,
@@ -266,7 +266,7 @@ def test_cli_simulate_bad_input_is_one_line_exit_2(extra: list[str], message: st
 
 def test_notebook_runs_with_small_parameters(tmp_path: Path) -> None:
     pytest.importorskip("papermill")
-    from workbench.report import run_papermill
+    from workbench.present.report import run_papermill
 
     run_papermill(
         ROOT / "notebooks" / "04_serving_runs.ipynb", tmp_path / "04.ipynb", cwd=ROOT,

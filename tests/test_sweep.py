@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from reference import ceil_div, dsa_width_tokens, npu_width_pages, request_table_width
 
-import workbench.boundary
-from workbench.cases import TableCase
-from workbench.geometry import Mode, ServingGeometry
-from workbench.sweep import SweepGrid, allocator_exact_fit_sweep, cache_paths, request_trace, run_sweep, table_cases
+import workbench.analysis.boundary
+from workbench.analysis.cases import TableCase
+from workbench.analysis.sweep import SweepGrid, allocator_exact_fit_sweep, cache_paths, request_trace, run_sweep, table_cases
+from workbench.model.geometry import Mode, ServingGeometry
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = SweepGrid(context_lens=(40, 67), page_sizes=(1, 4, 16), draft_tokens=(0, 3, 5), overshoot=2, max_bs=2)
@@ -137,7 +137,7 @@ def test_second_run_reads_the_cache_and_a_truncated_file_is_recomputed(
         raise AssertionError("the cached sweep ran a boundary search")
 
     with monkeypatch.context() as patch:
-        patch.setattr(workbench.boundary, "fast_boundaries", refuse)
+        patch.setattr(workbench.analysis.boundary, "fast_boundaries", refuse)
         pd.testing.assert_frame_equal(run_sweep(grid, cache_dir=tmp_path, progress=False, chunk_size=7), first)
 
     data = final.read_bytes()
@@ -150,7 +150,7 @@ def test_second_run_reads_the_cache_and_a_truncated_file_is_recomputed(
 
 KILLED_RUN = """
 import sys, time
-import workbench.sweep as sweep
+import workbench.analysis.sweep as sweep
 real = sweep.sweep_row
 def slow(*args, **kwargs):
     time.sleep(0.05)  # long enough for the test to kill it between chunks
@@ -177,14 +177,14 @@ def test_kill_and_resume(stop: signal.Signals, tmp_path: Path, monkeypatch: pyte
     assert 1 <= done < ceil_div(total, 4) and not final.exists()
 
     calls: list[object] = []
-    real = workbench.boundary.fast_boundaries
+    real = workbench.analysis.boundary.fast_boundaries
 
     def counting(cases: list[object], **kwargs: object) -> object:
         calls.extend(cases)
         return real(cases, **kwargs)  # type: ignore[arg-type]
 
     with monkeypatch.context() as patch:
-        patch.setattr(workbench.boundary, "fast_boundaries", counting)
+        patch.setattr(workbench.analysis.boundary, "fast_boundaries", counting)
         resumed = run_sweep(grid, cache_dir=tmp_path, progress=False, chunk_size=4)
     assert len(calls) <= total - 4 * done
     uninterrupted = run_sweep(grid, cache_dir=None, progress=False)
@@ -229,8 +229,8 @@ def test_request_trace_follows_one_request_to_the_bound() -> None:
 def test_exact_fit_sweep_runs_device_probes_through_isolation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Off the CPU every allocator probe goes through the child-process path; the records it
     returns (here produced in-process by the same child target) become the sweep's rows."""
-    from workbench import isolation
-    from workbench.sweep import allocator_exact_fit_sweep
+    from workbench.analysis.sweep import allocator_exact_fit_sweep
+    from workbench.devices import isolation
 
     calls: list[dict] = []
 

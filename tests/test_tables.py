@@ -9,14 +9,14 @@ import pytest
 import torch
 from reference import ceil_div, dsa_width_tokens, npu_width_pages, request_table_width
 
-from workbench.boundary import find_boundary
-from workbench.cases import TableCase, parse_case
-from workbench.dsa_page_table import DsaPageTable, Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.npu_block_table import NpuBlockTables, lockstep_full_to_swa
-from workbench.outcome import Outcome
-from workbench.probe import probe_table
-from workbench.request_table import RequestTable
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.cases import TableCase, parse_case
+from workbench.analysis.probe import probe_table
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
+from workbench.backends.sglang_dsa_page_table import DsaPageTable, Replay
+from workbench.model.geometry import Mode, ServingGeometry
+from workbench.model.outcome import Outcome
+from workbench.model.request_table import RequestTable
 
 QWQ = dict(component="npu-block-table", context_len=32768, page_size=128, draft_tokens=16, mode="target-verify")
 GLM = dict(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6, spec_steps=5,
@@ -201,7 +201,7 @@ def test_fresh_pool_table_equals_the_allocator_filled_table() -> None:
 
 
 def test_a_single_request_probe_reads_a_view_of_the_shared_wide_row() -> None:
-    from workbench import capture_cache
+    from workbench.analysis import capture_cache
 
     capture_cache.clear()
     for ps, length, width in ((1, 37, 50), (4, 205, 230), (64, 1000, 5000), (64, 300, 310)):
@@ -231,7 +231,7 @@ def test_narrow_dsa_replay_gives_the_full_replays_outcome_and_message() -> None:
 
 @pytest.mark.parametrize("case", _grid()[::7], ids=lambda c: f"{c.component}-{c.rule}-{c.mode.value}-{c.geometry.page_size}")
 def test_fast_and_step_by_step_searches_agree_with_bisection(case: TableCase) -> None:
-    from workbench.boundary import fast_boundary, step_by_step_boundary
+    from workbench.analysis.boundary import fast_boundary, step_by_step_boundary
 
     bisected = find_boundary(case)
     fast = fast_boundary(case)

@@ -9,13 +9,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, NoReturn
 
-from workbench.boundary import Boundary, BoundaryError, find_boundary
-from workbench.cases import COMPONENTS, TABLE_COMPONENTS, CaseError, TableCase, parse_case, parse_component
-from workbench.device import DEVICE_CHOICES, one_torch_thread, select_device
-from workbench.outcome import Outcome, ProbeResult
-from workbench.probe import probe
-from workbench.report import ReportError
-from workbench.workload import add_simulate_flags, simulation_from_args
+from workbench.analysis.cases import COMPONENTS, CaseError, parse_case
+from workbench.analysis.records import boundary_record, probe_record
+from workbench.devices.device import DEVICE_CHOICES, one_torch_thread, select_device
+from workbench.model.outcome import Outcome
+from workbench.present.report import ReportError
+from workbench.sim.workload import add_simulate_flags, simulation_from_args
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -128,8 +127,8 @@ def _str_list(text: str) -> list[str]:
 
 
 def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.executors import Executor
-    from workbench.sweep import SweepGrid, run_sweep
+    from workbench.analysis.executors import Executor
+    from workbench.analysis.sweep import SweepGrid, run_sweep
 
     names = (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs", "measure_memory")
     changes = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
@@ -150,7 +149,7 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.out:
         from pathlib import Path
 
-        from workbench.cli_support import atomic_write_parquet, atomic_write_text
+        from workbench.files import atomic_write_parquet, atomic_write_text
 
         path = Path(args.out)
         if args.out.endswith(".parquet"):
@@ -161,11 +160,11 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _bench(args: argparse.Namespace, out: IO[str]) -> None:
-    from workbench.bench import format_bench, run_bench
+    from workbench.analysis.bench import format_bench, run_bench
 
     if args.configs < 1 or args.step_by_step < 1 or args.step_by_step > args.configs:
         raise BadInput("--configs and --step-by-step: 1 <= step-by-step <= configs (allowed: positive integers)")
-    from workbench.executors import Executor
+    from workbench.analysis.executors import Executor
 
     executor = Executor(kind=args.executor, workers=args.workers)
     results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step, executor=executor,
@@ -174,7 +173,7 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _simulate(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.simulate_summary import run_cli, write_summary
+    from workbench.sim.simulate_summary import run_cli, write_summary
 
     try:
         summaries = run_cli(simulation_from_args(args), device, out)
@@ -185,7 +184,7 @@ def _simulate(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _hardware_check(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.hardware_check import check_and_write, full_suite, quick_suite
+    from workbench.devices.hardware_check import check_and_write, full_suite, quick_suite
 
     if args.repeats is not None and args.repeats < 1:
         raise BadInput(f"--repeats: {args.repeats} is out of range (allowed: 1 or more)")
@@ -195,50 +194,6 @@ def _hardware_check(args: argparse.Namespace, device: str, out: IO[str]) -> None
 
 
 # ---- results -----------------------------------------------------------------------------------
-
-
-def probe_record(data: object, device: str) -> dict[str, object]:
-    """One ``probe --cases`` result; a bad case becomes ``outcome: invalid``."""
-    try:
-        case = parse_case(data)
-    except CaseError as err:
-        return {"outcome": Outcome.INVALID.value, "error": str(err)}
-    return probe(case, device).to_dict(case.component)
-
-
-def boundary_record(data: object, device: str) -> dict[str, object]:
-    try:
-        if isinstance(data, dict) and parse_component(data) not in TABLE_COMPONENTS:
-            raise CaseError("component: boundaries are searched for npu-block-table and dsa-page-table")
-        case = parse_case(_without(data, "max_seq_len"), need_seq_lens=False)
-        assert isinstance(case, TableCase)
-        if case.seq_lens:
-            raise CaseError("seq_lens: not a boundary field (the search chooses the committed length)")
-        max_seq_len = data.get("max_seq_len") if isinstance(data, dict) else None
-        if max_seq_len is not None and (isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int)):
-            raise CaseError(f"max_seq_len: {max_seq_len!r} is not an integer")
-        boundary = find_boundary(case, max_seq_len=max_seq_len, device=device)
-    except (CaseError, BoundaryError) as err:
-        return {"outcome": Outcome.INVALID.value, "error": str(err), "first_failing_seq_len": None}
-    return boundary_to_dict(boundary)
-
-
-def _without(data: object, key: str) -> object:
-    return {k: v for k, v in data.items() if k != key} if isinstance(data, dict) else data
-
-
-def boundary_to_dict(boundary: Boundary) -> dict[str, object]:
-    step: ProbeResult | None = boundary.failing or boundary.passing
-    return {
-        "first_failing_seq_len": boundary.first_failing_seq_len,
-        "max_seq_len": boundary.max_seq_len,
-        "outcome": boundary.failing.outcome.value if boundary.failing else Outcome.OK.value,
-        "error": boundary.failing.error if boundary.failing else None,
-        "confirmed": boundary.confirmed,
-        "buffer_width": step.buffer_width if step else None,
-        "request_table_width": step.request_table_width if step else None,
-        "probes_run": boundary.probes_run,
-    }
 
 
 def _read_cases(path: str) -> Iterator[object]:
@@ -323,7 +278,7 @@ def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     elif args.command == "sweep":
         _sweep(args, device, out)
     elif args.command == "report":
-        from workbench.report import run_report
+        from workbench.present.report import run_report
 
         run_report(args.out, device, out)
     elif args.command == "hardware-check":

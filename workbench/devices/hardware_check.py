@@ -27,21 +27,21 @@ import pandas as pd  # type: ignore[import-untyped]
 import torch
 
 from workbench import __version__
-from workbench.cases import TABLE_COMPONENTS
-from workbench.cli_support import atomic_write_parquet
-from workbench.device import DeviceInfo, device_info
-from workbench.dsa_page_table import DsaPageTable, Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.graph import CapturedRead, median_seconds
-from workbench.isolation import isolated_probe
-from workbench.measured_memory import allocate_full_size, measure_bytes
-from workbench.memory import ModelPreset, buffer_bytes, graph_tokens_per_request, load_presets
-from workbench.npu_block_table import NpuBlockTables
-from workbench.request_table import RequestTable
-from workbench.rules import RULE_NAMES
-from workbench.seeds import SEEDS
+from workbench.analysis.cases import TABLE_COMPONENTS
+from workbench.analysis.memory import ModelPreset, buffer_bytes, graph_tokens_per_request, load_presets
+from workbench.analysis.seeds import SEEDS
+from workbench.backends.rules import RULE_NAMES
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
+from workbench.backends.sglang_dsa_page_table import DsaPageTable, Replay
+from workbench.devices.device import DeviceInfo, device_info
+from workbench.devices.graph import CapturedRead, median_seconds
+from workbench.devices.isolation import isolated_probe
+from workbench.devices.measured_memory import allocate_full_size, measure_bytes
+from workbench.files import atomic_write_parquet
+from workbench.model.geometry import Mode, ServingGeometry
+from workbench.model.request_table import RequestTable
 
-DEFAULT_FOLDER = Path(__file__).resolve().parent.parent / "data" / "hardware"
+DEFAULT_FOLDER = Path(__file__).resolve().parents[2] / "data" / "hardware"
 COLUMNS = (
     "section", "name", "component", "rule", "replay", "mode", "fix", "outcome", "error", "path",
     "batch", "seq_len", "rows", "width", "predicted_bytes", "measured_bytes", "storage_bytes", "measure_method",

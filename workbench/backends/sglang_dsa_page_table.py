@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.geometry import Mode, ServingGeometry, cdiv
-from workbench.rules import DSA_PAGE_TABLE_RULES, check_rule
+from workbench.backends.rules import DSA_PAGE_TABLE_RULES, check_rule
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 
 class Replay(str, enum.Enum):

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy.typing as npt
 import torch
 
-from workbench.cases import TableCase
-from workbench.outcome import Outcome, ProbeResult
-from workbench.probe import probe_table, table_case_problem
+from workbench.analysis.cases import TableCase
+from workbench.analysis.probe import probe_table, table_case_problem
+from workbench.model.outcome import Outcome, ProbeResult
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def probe_step(case: TableCase, seq_len: int, device: torch.device | str = "cpu"
 def predict_boundaries(cases: Sequence[TableCase], max_seq_lens: Sequence[int | None] | None = None) -> list[int | None]:
     """The closed form's first failing committed length of every case (None: nothing fails),
     in one vectorized call."""
-    from workbench.closed_form import NO_FAILURE, first_failing_seq_len
+    from workbench.analysis.closed_form import NO_FAILURE, first_failing_seq_len
 
     bounds = [search_bound(c, m) for c, m in zip(cases, max_seq_lens or [None] * len(cases))]
     geometries = [c.geometry for c in cases]

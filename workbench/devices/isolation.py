@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from workbench.outcome import Outcome
+from workbench.model.outcome import Outcome
 
 Record = dict[str, object]
 Target = Callable[[Mapping[str, object]], Record]
@@ -161,8 +161,8 @@ def describe_exit(exitcode: int | None) -> str:
 
 def probe_payload(payload: Mapping[str, object]) -> Record:
     """Child target: ``payload = {"case": <case dict>, "device": "cuda"}`` -> the probe's record."""
-    from workbench.cases import CaseError, parse_case
-    from workbench.probe import probe
+    from workbench.analysis.cases import CaseError, parse_case
+    from workbench.analysis.probe import probe
 
     try:
         case = parse_case(payload["case"])

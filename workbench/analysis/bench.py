@@ -20,16 +20,16 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from workbench.allocator import Gather, PagedAllocator
-from workbench.boundary import fast_boundaries, step_by_step_boundary
-from workbench.cases import TableCase
-from workbench.closed_form import first_failing_seq_len
-from workbench.device import one_torch_thread
-from workbench.dsa_page_table import Replay
-from workbench.exact_fit import AllocatorConfig, allocator_boundaries
-from workbench.executors import Executor, run_chunks
-from workbench.geometry import Mode, ServingGeometry
-from workbench.rules import RULE_NAMES
+from workbench.analysis.boundary import fast_boundaries, step_by_step_boundary
+from workbench.analysis.cases import TableCase
+from workbench.analysis.closed_form import first_failing_seq_len
+from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
+from workbench.analysis.executors import Executor, run_chunks
+from workbench.backends.rules import RULE_NAMES
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.devices.device import one_torch_thread
+from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.geometry import Mode, ServingGeometry
 
 REALISTIC_CONTEXTS = (4096, 32768, 90000, 131072, 163840, 202752, 1048576)
 COMPONENTS = ("npu-block-table", "dsa-page-table", "allocator")
@@ -187,8 +187,8 @@ def _component(config: BenchConfig) -> str:
 def _simulated_requests_per_s(seeds: int = 10) -> float:
     """Requests retired per second by the lifecycle simulation, over seeded runs of both
     scenarios (QwQ verify near the context under req-to-token; exact-fit decode, npu-clamped)."""
-    from workbench.simulate import simulate
-    from workbench.workload import exact_fit_scenario, qwq_scenario
+    from workbench.sim.simulate import simulate
+    from workbench.sim.workload import exact_fit_scenario, qwq_scenario
 
     scenarios = [qwq_scenario(rule="req-to-token"), exact_fit_scenario(gather=Gather.NPU_CLAMPED)]
     requests = 0

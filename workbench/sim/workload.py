@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.allocator import Gather
-from workbench.dsa_page_table import Replay
-from workbench.geometry import Mode, ServingGeometry, cdiv
-from workbench.rules import check_rule
+from workbench.backends.rules import check_rule
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.model.allocator import Gather
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 ACCEPTANCE_KINDS = ("fixed", "geometric", "trace")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from workbench.geometry import ServingGeometry, cdiv
+from workbench.model.geometry import ServingGeometry, cdiv
 
 RULE_NAMES = ("context", "context-plus-draft", "req-to-token")
 LEGACY_RULES = ("context", "context-plus-draft")  # each one is a rule some engine version shipped

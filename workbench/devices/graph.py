@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from workbench.device import accelerator_module, synchronize
+from workbench.devices.device import accelerator_module, synchronize
 
 GRAPH_PATH = "graph"
 EAGER_PATH = "eager"

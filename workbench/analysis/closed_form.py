@@ -1,6 +1,6 @@
 """The failure boundary as a formula, vectorized over whole grids of configurations.
 
-Execution (``workbench.boundary``) is the ground truth; this module predicts the same boundary
+Execution (``workbench.analysis.boundary``) is the ground truth; this module predicts the same boundary
 with numpy arithmetic, no Python loop per configuration, so a sweep can screen a million
 configurations and then confirm each prediction by executing the step at it and one below it.
 

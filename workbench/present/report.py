@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.cli_support import atomic_write_text
-from workbench.seeds import SEEDS, boundary_case
+from workbench.analysis.seeds import SEEDS, boundary_case
+from workbench.files import atomic_write_text
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL_NAME = "python3"  # jupyter_client runs a "python" kernel with the running interpreter
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 NO_CHROMIUM = (
@@ -45,7 +45,7 @@ NO_CHROMIUM = (
 
 def seed_rows(device: str) -> list[dict[str, object]]:
     """One row per seed and side of its fix: outcome, message, and the table's boundary."""
-    from workbench.cli import boundary_record, probe_record
+    from workbench.analysis.records import boundary_record, probe_record
 
     rows = []
     for seed in SEEDS:

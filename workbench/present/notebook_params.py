@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from workbench.device import DEVICE_CHOICES, resolve_device
+from workbench.devices.device import DEVICE_CHOICES, resolve_device
 
 
 class ParameterError(ValueError):

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.cases import TABLE_COMPONENTS
-from workbench.geometry import Mode, ServingGeometry, cdiv
-from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES, check_rule
+from workbench.analysis.cases import TABLE_COMPONENTS
+from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES, check_rule
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 INT32_BYTES = 4  # every table the graphs keep is int32
-DEFAULT_PRESETS = Path(__file__).resolve().parent.parent / "data" / "presets.json"
+DEFAULT_PRESETS = Path(__file__).resolve().parents[2] / "data" / "presets.json"
 
 
 # ---- model presets ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """DataFrame in, plotly Figure out. Plots group and label; they compute nothing.
 
-Each function takes a frame made by ``workbench.sweep`` or ``workbench.memory`` and returns a
+Each function takes a frame made by ``workbench.analysis.sweep`` or ``workbench.analysis.memory`` and returns a
 figure with a title, axis titles and a legend (or colour bar) that say what is drawn.
 """
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.device import accelerator_module, allocated_bytes, synchronize
-from workbench.dsa_page_table import DsaPageTable
-from workbench.geometry import Mode, ServingGeometry
-from workbench.memory import graph_tokens_per_request
-from workbench.npu_block_table import NpuBlockTables
+from workbench.analysis.memory import graph_tokens_per_request
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
+from workbench.backends.sglang_dsa_page_table import DsaPageTable
+from workbench.devices.device import accelerator_module, allocated_bytes, synchronize
+from workbench.model.geometry import Mode, ServingGeometry
 
 
 def allocate_full_size(component: str, geometry: ServingGeometry, rule: str, mode: Mode, device: str) -> list[torch.Tensor]:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.dsa_page_table import DsaPageTable
-from workbench.geometry import ServingGeometry, cdiv
-from workbench.graph import CapturedRead
-from workbench.npu_block_table import NpuBlockTables
-from workbench.request_table import RequestTable
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
+from workbench.backends.sglang_dsa_page_table import DsaPageTable
+from workbench.devices.graph import CapturedRead
+from workbench.model.geometry import ServingGeometry, cdiv
+from workbench.model.request_table import RequestTable
 
 MAX_ENTRIES = 16  # captured shapes kept per process: a sweep moves through widths in order
 MAX_WIDE_ROWS = 8  # page sizes whose wide row is kept (16 MB each at a 1M context)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from workbench.allocator import Gather
-from workbench.dsa_page_table import Replay
-from workbench.geometry import Mode, ServingGeometry
-from workbench.rules import check_rule
+from workbench.backends.rules import check_rule
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.model.allocator import Gather
+from workbench.model.geometry import Mode, ServingGeometry
 
 COMPONENTS = ("npu-block-table", "dsa-page-table", "allocator")
 TABLE_COMPONENTS = ("npu-block-table", "dsa-page-table")

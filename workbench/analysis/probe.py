@@ -13,15 +13,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from workbench import capture_cache
-from workbench.allocator import PagedAllocator, pages_needed_for_decode
-from workbench.cases import AllocatorCase, Case, TableCase
-from workbench.dsa_page_table import DsaPageTable, tokens_per_request
-from workbench.geometry import Mode, cdiv
-from workbench.graph import GRAPH_PATH, NO_READ, choose_path
-from workbench.npu_block_table import NpuBlockTables, lockstep_full_to_swa
-from workbench.outcome import Outcome, ProbeResult, invalid
-from workbench.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES
+from workbench.analysis import capture_cache
+from workbench.analysis.cases import AllocatorCase, Case, TableCase
+from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
+from workbench.backends.sglang_dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.devices.graph import GRAPH_PATH, NO_READ, choose_path
+from workbench.model.allocator import PagedAllocator, pages_needed_for_decode
+from workbench.model.geometry import Mode, cdiv
+from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 
 def probe(case: Case, device: torch.device | str = "cpu") -> ProbeResult:

@@ -17,14 +17,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.allocator import Gather
-from workbench.cases import AllocatorCase, Case, TableCase
-from workbench.exact_fit import batch_compositions, exact_fit_case
-from workbench.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
-from workbench.outcome import ProbeResult
-from workbench.probe import probe
-from workbench.rules import RULE_NAMES
-from workbench.sweep import allocator_exact_fit_sweep, request_trace
+from workbench.analysis.cases import AllocatorCase, Case, TableCase
+from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
+from workbench.analysis.probe import probe
+from workbench.analysis.sweep import allocator_exact_fit_sweep, request_trace
+from workbench.backends.rules import RULE_NAMES
+from workbench.model.allocator import Gather
+from workbench.model.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
+from workbench.model.outcome import ProbeResult
 
 PAGE_SIZES = (1, 4, 16, 64, 128, 256)
 ALLOCATOR_PAGE_SIZES = (2, 4, 16, 64, 128, 256)  # ps 1 opens a page on every token: no exact-fit question
@@ -45,7 +45,7 @@ class ExplorerState:
     mode: str = "target-verify"
     width_gen: str = "g1"
     gather: str = "npu-legacy"
-    batch: str = "seed [5, 10, 7]"  # a name of ``workbench.sweep.batch_compositions``
+    batch: str = "seed [5, 10, 7]"  # a name of ``workbench.analysis.sweep.batch_compositions``
     max_batch: int = 8
     spare_pages: int = 0  # free pages beyond what the decode batch opens (0: the exact fit)
 
@@ -114,12 +114,12 @@ def summary_line(case: Case, result: ProbeResult) -> str:
 def figure_of(state: ExplorerState, case: Case, device: str) -> Any:
     """The library's figure for the state: a request trace, or the exact-fit map of the page size."""
     if isinstance(case, AllocatorCase):
-        from workbench.plots import exact_fit_map
+        from workbench.present.plots import exact_fit_map
 
         frame = allocator_exact_fit_sweep(page_sizes=[case.page_size], max_batch=state.max_batch,
                                           gathers=[g.value for g in Gather], device=device)
         return exact_fit_map(frame)
-    from workbench.plots import request_trace_plot
+    from workbench.present.plots import request_trace_plot
 
     return request_trace_plot(request_trace(case, steps=TRACE_STEPS, device=device))
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from workbench.allocator import PagedAllocator
-from workbench.geometry import cdiv
+from workbench.model.allocator import PagedAllocator
+from workbench.model.geometry import cdiv
 
 DUMMY_ROW = 0  # padded graph rows point here
 

@@ -42,15 +42,15 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.allocator import Gather, PagedAllocator
-from workbench.device import one_torch_thread
-from workbench.dsa_page_table import DsaPageTable, tokens_per_request
-from workbench.geometry import cdiv
-from workbench.npu_block_table import NpuBlockTables
-from workbench.outcome import Outcome
-from workbench.probe import classify_replay
-from workbench.request_table import DUMMY_ROW, RequestTable
-from workbench.workload import (
+from workbench.analysis.probe import classify_replay
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
+from workbench.backends.sglang_dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.devices.device import one_torch_thread
+from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.geometry import cdiv
+from workbench.model.outcome import Outcome
+from workbench.model.request_table import DUMMY_ROW, RequestTable
+from workbench.sim.workload import (
     Request,
     SimConfig,
     Workload,

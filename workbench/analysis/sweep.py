@@ -2,7 +2,7 @@
 
 ``run_sweep`` finds, for every valid table configuration of a ``SweepGrid``, the first committed
 length whose step fails: the closed form predicts it and two executed probes confirm it (the
-failing step and the one below; ``workbench.boundary.fast_boundaries``, which raises when execution
+failing step and the one below; ``workbench.analysis.boundary.fast_boundaries``, which raises when execution
 and formula disagree). Results are
 never lost: configurations run in chunks, each finished chunk is written atomically into a
 per-grid checkpoint folder, a rerun resumes from the chunks already there, and the finished frame
@@ -29,16 +29,20 @@ import pandas as pd  # type: ignore[import-untyped]
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 import workbench
-from workbench import boundary as boundary_module
-from workbench import isolation
-from workbench.allocator import Gather
-from workbench.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
-from workbench.cli_support import atomic_write_parquet
-from workbench.device import one_torch_thread
-from workbench.dsa_page_table import Replay
-from workbench.exact_fit import batch_compositions, exact_fit_case
-from workbench.executors import Executor, run_chunks
-from workbench.geometry import (
+from workbench.analysis import boundary as boundary_module
+from workbench.analysis.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
+from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
+from workbench.analysis.executors import Executor, run_chunks
+from workbench.analysis.memory import buffer_bytes, min_safe_bytes, rule_width
+from workbench.analysis.probe import table_case_problem
+from workbench.backends.rules import RULE_NAMES
+from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.devices import isolation
+from workbench.devices.device import one_torch_thread
+from workbench.devices.measured_memory import Measured, allocate_full_size, measure_bytes
+from workbench.files import atomic_write_parquet
+from workbench.model.allocator import Gather
+from workbench.model.geometry import (
     MAX_CONTEXT_LEN,
     MAX_DRAFT_TOKENS,
     MAX_GRAPH_BATCH,
@@ -49,10 +53,6 @@ from workbench.geometry import (
     Mode,
     ServingGeometry,
 )
-from workbench.measured_memory import Measured, allocate_full_size, measure_bytes
-from workbench.memory import buffer_bytes, min_safe_bytes, rule_width
-from workbench.probe import table_case_problem
-from workbench.rules import RULE_NAMES
 
 # Short realistic context lengths (4096, 8192: common --context-length settings) and two fixed
 # odd ones (a prime and 3 * 4096 + 1), so that no boundary is an artefact of a power of two. The

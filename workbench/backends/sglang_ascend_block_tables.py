@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.geometry import Mode, ServingGeometry, cdiv
-from workbench.rules import NPU_BLOCK_TABLE_RULES, check_rule
+from workbench.backends.rules import NPU_BLOCK_TABLE_RULES, check_rule
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 PAD_PAGE = 0  # columns past a request's pages, and padded rows, hold page 0
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from workbench.allocator import Gather
-from workbench.boundary import PredictionMismatch
-from workbench.cases import AllocatorCase
-from workbench.outcome import Outcome, ProbeResult
-from workbench.probe import probe_allocator
+from workbench.analysis.boundary import PredictionMismatch
+from workbench.analysis.cases import AllocatorCase
+from workbench.analysis.probe import probe_allocator
+from workbench.model.allocator import Gather
+from workbench.model.outcome import Outcome, ProbeResult
 
 
 def batch_compositions(max_batch: int) -> dict[str, tuple[bool, ...]]:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from workbench.geometry import cdiv
+from workbench.model.geometry import cdiv
 
 RESERVED_PAGE = 0  # padded tokens write here; never on the free list
 

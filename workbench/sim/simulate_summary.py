@@ -1,6 +1,6 @@
 """What seeded serving runs come to: tidy frames, summaries, failure shares over seeds and sweeps,
 the notebook's explorer and the ``workbench simulate`` runner. The runs themselves are
-``workbench.simulate``; this module only reads their records.
+``workbench.sim.simulate``; this module only reads their records.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import IO
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.allocator import Gather
-from workbench.cli_support import atomic_write_parquet, atomic_write_text
-from workbench.rules import check_rule
-from workbench.simulate import SimRun, simulate
-from workbench.workload import (
+from workbench.backends.rules import check_rule
+from workbench.files import atomic_write_parquet, atomic_write_text
+from workbench.model.allocator import Gather
+from workbench.sim.simulate import SimRun, simulate
+from workbench.sim.workload import (
     SCENARIOS,
     SimConfig,
     Simulation,
