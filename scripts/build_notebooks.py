@@ -208,7 +208,7 @@ assert not exact_fit[exact_fit.gather == "npu-clamped"].outcome.isin(["index-err
 
 TABLE_CHECKS = '''
 from workbench.model.geometry import WIDTH_GENERATIONS
-from workbench.backends.rules import RULE_NAMES
+from workbench.backends import RULE_NAMES
 from workbench.analysis.sweep import MODE_VALUES
 
 context_lens = check.check_ints("context_lens", context_lens, 2, 1 << 20)

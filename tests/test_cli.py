@@ -63,7 +63,9 @@ def test_bad_lines_are_invalid_and_the_rest_still_run() -> None:
     results = [json.loads(line) for line in out.splitlines()]
     assert [r["outcome"] for r in results] == ["ok", "invalid", "invalid", "invalid", "ok"]
     assert results[1]["error"].startswith("line 2: not JSON")
-    assert results[2]["error"] == "component: 'gpu' is not one of npu-block-table, dsa-page-table, allocator"
+    # The allowed list is the registry's: the two seed tables first, every later backend after them.
+    assert results[2]["error"] == ("component: 'gpu' is not one of npu-block-table, dsa-page-table, "
+                                   "sglang-fa3-page-table, allocator")
     assert results[3]["error"] == "page_size: 0 is out of range (allowed: 1 or more)"
 
 

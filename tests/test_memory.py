@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from reference import ceil_div, request_table_width
 from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import TableCase
 from workbench.analysis.memory import buffer_bytes, load_presets, memory_table, min_safe_width
-from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES
+from workbench.backends import RULE_NAMES, backend_of
 from workbench.backends.sglang_dsa_page_table import Replay
 from workbench.model.geometry import Mode, ServingGeometry
 
@@ -64,12 +65,13 @@ GEOMETRIES = [
 def test_min_safe_width_agrees_with_find_boundary(
     component: str, geometry: ServingGeometry, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rules = NPU_BLOCK_TABLE_RULES if component == "npu-block-table" else DSA_PAGE_TABLE_RULES
+    rules = backend_of(component).rules
+    context = rules["context"]
     case = TableCase(component=component, geometry=geometry, rule="context", mode=Mode(mode), replay=Replay.DYNAMIC)
     safe = min_safe_width(component, geometry, mode)
-    monkeypatch.setitem(rules, "context", lambda g: safe)
+    monkeypatch.setitem(rules, "context", dataclasses.replace(context, width=lambda g: safe))
     assert find_boundary(case).first_failing_seq_len is None
-    monkeypatch.setitem(rules, "context", lambda g: safe - 1)
+    monkeypatch.setitem(rules, "context", dataclasses.replace(context, width=lambda g: safe - 1))
     narrower = find_boundary(case)
     assert narrower.confirmed
     if component == "dsa-page-table":  # one token short: only the longest step fails

@@ -47,7 +47,7 @@ def _qwq(rule: str, acceptance: str = "fixed:1", max_bs: int = 2) -> SimConfig:
 def _table_case(run: SimRun, component: str, seq_lens: tuple[int, ...]) -> TableCase:
     c = run.config
     return TableCase(component=component, geometry=c.geometry, rule=c.rule, mode=c.mode, seq_lens=seq_lens,
-                     replay=c.dsa_replay if component == "dsa-page-table" else Replay.DYNAMIC)
+                     replay=c.replay if component == "dsa-page-table" else Replay.DYNAMIC)
 
 
 def _assert_agrees_with_probes(run: SimRun) -> int:
@@ -174,7 +174,7 @@ def test_overshoot_rides_one_more_verify_and_meets_the_dsa_boundary() -> None:
 
 
 def test_static_dsa_replay_is_a_silent_overread() -> None:
-    run = simulate(_qwq("context").replace(dsa_replay=Replay.STATIC), Workload(trace=(Request(0, 32745, 30),)), seed=0)
+    run = simulate(_qwq("context").replace(replay=Replay.STATIC), Workload(trace=(Request(0, 32745, 30),)), seed=0)
     assert len(run.records) == 9 and run.records[-1].committed == (32753,)
     first = run.first_failure
     assert first is not None and first.dsa_outcome == "silent-overread" and first.npu_outcome == "shape-error"

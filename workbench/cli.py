@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, NoReturn
 
+from workbench import backends
 from workbench.analysis.cases import COMPONENTS, CaseError, parse_case
 from workbench.analysis.records import boundary_record, probe_record
 from workbench.devices.device import DEVICE_CHOICES, one_torch_thread, select_device
@@ -45,7 +46,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def _add_case_flags(parser: argparse.ArgumentParser, *, with_seq_lens: bool) -> None:
-    parser.add_argument("component", nargs="?", choices=COMPONENTS, help="the component of a single case")
+    parser.add_argument("component", nargs="?", choices=(*backends.all_names(), "allocator"), metavar="component",
+                        help=f"the component of a single case ({', '.join(COMPONENTS)}; the tables' registry names too)")
     parser.add_argument("--cases", metavar="FILE", help="JSON lines of cases ('-' = stdin)")
     parser.add_argument("--json", action="store_true", help="print the result as a JSON object")
     for name in _INT_FLAGS:
@@ -235,7 +237,7 @@ def _run_cases(path: str, run: object, device: str, out: IO[str]) -> None:
 
 def _run_single(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.component is None:
-        raise BadInput("give a component (npu-block-table, dsa-page-table, allocator) or --cases FILE")
+        raise BadInput(f"give a component ({', '.join(COMPONENTS)}) or --cases FILE")
     data = _case_from_flags(args)
     if args.command == "probe":
         try:

@@ -20,19 +20,20 @@ from typing import IO, Any
 import numpy as np
 import torch
 
+from workbench import backends
 from workbench.analysis.boundary import fast_boundaries, step_by_step_boundary
 from workbench.analysis.cases import TableCase
 from workbench.analysis.closed_form import first_failing_seq_len
 from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.analysis.executors import Executor, run_chunks
-from workbench.backends.rules import RULE_NAMES
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
 from workbench.devices.device import one_torch_thread
 from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.cases import Replay
 from workbench.model.geometry import Mode, ServingGeometry
 
 REALISTIC_CONTEXTS = (4096, 32768, 90000, 131072, 163840, 202752, 1048576)
-COMPONENTS = ("npu-block-table", "dsa-page-table", "allocator")
+COMPONENTS = (*DEFAULT_COMPONENTS, "allocator")
 CHUNK = 100  # configurations per task: small enough that both workers stay busy to the end
 BenchConfig = TableCase | AllocatorConfig
 
@@ -54,11 +55,12 @@ def bench_cases(num_configs: int, seed: int = 0) -> list[BenchConfig]:
         g = ServingGeometry(context_len=ctx, page_size=rng.choice((1, 64, 128, 256)), draft_tokens=d,
                             spec_steps=rng.choice((1, 3, 5)), spec_topk=rng.choice((1, 4, 10)),
                             draft_has_kv=rng.random() < 0.7, width_gen=rng.choice(("g1", "g2", "g3")))
+        backend = backends.backend_of(component)
         modes = [Mode.DECODE] + ([Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND] if d else [])
-        if d and component == "npu-block-table":
+        if d and Mode.DRAFT_DECODE in backend.modes:
             modes.append(Mode.DRAFT_DECODE)
         mode = rng.choice(modes)
-        replay = rng.choice(list(Replay)) if component == "dsa-page-table" else Replay.DYNAMIC
+        replay = rng.choice(list(Replay)) if "replay" in backend.case_fields else Replay.DYNAMIC
         step_id = rng.randrange(g.spec_steps) if mode is Mode.DRAFT_DECODE else 0
         cases.append(TableCase(component=component, geometry=g, rule=rng.choice(RULE_NAMES), mode=mode,
                                step_id=step_id, replay=replay))
@@ -74,7 +76,7 @@ def _seconds(fn: Callable[[], object]) -> float:
 def closed_form_rate(num_configs: int = 1_000_000, seed: int = 0) -> float:
     rng = np.random.default_rng(seed)
     columns = {
-        "component": rng.choice(["npu-block-table", "dsa-page-table"], num_configs),
+        "component": rng.choice(list(DEFAULT_COMPONENTS), num_configs),
         "rule": rng.choice(list(RULE_NAMES), num_configs),
         "mode": rng.choice(["decode", "target-verify", "draft-extend"], num_configs),
         "width_gen": rng.choice(["g1", "g2", "g3"], num_configs),
@@ -186,11 +188,11 @@ def _component(config: BenchConfig) -> str:
 
 def _simulated_requests_per_s(seeds: int = 10) -> float:
     """Requests retired per second by the lifecycle simulation, over seeded runs of both
-    scenarios (QwQ verify near the context under req-to-token; exact-fit decode, npu-clamped)."""
+    scenarios (QwQ verify near the context under req-to-token; exact-fit decode under the fixed gather)."""
     from workbench.sim.simulate import simulate
-    from workbench.sim.workload import exact_fit_scenario, qwq_scenario
+    from workbench.sim.workload import FIXED_GATHER, exact_fit_scenario, qwq_scenario
 
-    scenarios = [qwq_scenario(rule="req-to-token"), exact_fit_scenario(gather=Gather.NPU_CLAMPED)]
+    scenarios = [qwq_scenario(rule="req-to-token"), exact_fit_scenario(gather=FIXED_GATHER)]
     requests = 0
     start = time.perf_counter()
     for config, workload in scenarios:

@@ -24,15 +24,14 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
-from workbench.backends.sglang_dsa_page_table import DsaPageTable
+from workbench.backends.base import Buffers, TableBackend
 from workbench.devices.graph import CapturedRead
-from workbench.model.geometry import ServingGeometry, cdiv
+from workbench.model.cases import TableCase
+from workbench.model.geometry import cdiv
 from workbench.model.request_table import RequestTable
 
 MAX_ENTRIES = 16  # captured shapes kept per process: a sweep moves through widths in order
 MAX_WIDE_ROWS = 8  # page sizes whose wide row is kept (16 MB each at a 1M context)
-Buffers = NpuBlockTables | DsaPageTable
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Captured:
     read, such as a CPU sweep's, never pays for the KV pool the read gathers from)."""
 
     buffers: Buffers
-    table: torch.Tensor  # what the kernels read: block_tables (pages) or page_table (tokens)
+    table: torch.Tensor  # what the kernels read (Buffers.read_table)
     page_size: int  # tokens per entry of ``table``
     num_slots: int
     path: str
@@ -94,23 +93,19 @@ def request_slots(lengths: Sequence[int], width: int, page_size: int, device: to
 
 
 def captured(
-    component: str, geometry: ServingGeometry, rule: str, width: int, *, rows: int, num_slots: int,
-    hybrid_swa: bool, device: torch.device | str, path: str,
+    backend: TableBackend, case: TableCase, width: int, *, rows: int, num_slots: int, device: torch.device | str,
+    path: str,
 ) -> Captured:
-    """The buffers of this shape (``width``: the rule's width for ``geometry``, the cache key), made on
+    """The buffers of this shape (``width``: the rule's width for the case, the cache key), made on
     first use and reused after."""
-    ps = geometry.page_size
-    key = (component, rows, width, ps, hybrid_swa, num_slots, str(torch.device(device)), path)
+    ps = case.geometry.page_size
+    key = (backend.name, rows, width, ps, backend.buffer_key(case), num_slots, str(torch.device(device)), path)
     found = _captured.get(key)
     if found is not None:
         _captured.move_to_end(key)
         return found
-    if component == "npu-block-table":
-        npu = NpuBlockTables.allocate(geometry, rule, rows=rows, hybrid_swa=hybrid_swa, device=device)
-        made = Captured(npu, npu.block_tables, ps, num_slots, path)  # read in pages of ps tokens
-    else:
-        dsa = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
-        made = Captured(dsa, dsa.page_table, 1, num_slots, path)  # token-granular: one slot per entry
+    buffers = backend.allocate(case.geometry, width, rows=rows, case=case, device=device)
+    made = Captured(buffers, buffers.read_table, buffers.entry_tokens, num_slots, path)
     _captured[key] = made
     while len(_captured) > MAX_ENTRIES:
         _captured.popitem(last=False)

@@ -7,15 +7,15 @@ allowed, in one line, so the command line can print it as it is.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from workbench.backends.rules import check_rule
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench import backends
+from workbench.engines.versions import apply_engine
 from workbench.model.allocator import Gather
+from workbench.model.cases import AllocatorCase, Case, Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 
-COMPONENTS = ("npu-block-table", "dsa-page-table", "allocator")
-TABLE_COMPONENTS = ("npu-block-table", "dsa-page-table")
+TABLE_COMPONENTS = backends.TABLE_COMPONENTS
+COMPONENTS = (*TABLE_COMPONENTS, "allocator")
 MAX_BATCH = 4096
 
 
@@ -23,41 +23,12 @@ class CaseError(ValueError):
     """A case that cannot be run as given."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class TableCase:
-    """One replay of a graph-captured table; ``seq_lens`` are the batch's committed lengths."""
-
-    component: str
-    geometry: ServingGeometry
-    rule: str
-    mode: Mode
-    seq_lens: tuple[int, ...] = ()
-    step_id: int = 0
-    replay: Replay = Replay.DYNAMIC  # DSA only
-    hybrid_swa: bool = False  # NPU only
-    accept_len: int = 1  # DSA draft-extend only: accepted tokens per request
-
-
-@dataclass(frozen=True, kw_only=True)
-class AllocatorCase:
-    """One ``alloc_decode`` call on a pool caught mid-run."""
-
-    gather: Gather
-    page_size: int
-    seq_lens: tuple[int, ...]
-    last_loc: tuple[int, ...]
-    free_pages: tuple[int, ...]
-    parked_pages: tuple[int, ...] = field(default=())
-    component: str = "allocator"
-
-
-Case = TableCase | AllocatorCase
-
 _TABLE_FIELDS = {
     "component", "rule", "context_len", "page_size", "draft_tokens", "seq_lens", "mode", "step_id",
     "width_gen", "spec_steps", "spec_topk", "draft_has_kv", "replay", "hybrid_swa", "accept_len",
-    "max_bs", "max_seq_len",
+    "max_bs", "max_seq_len", "engine",
 }
+_OPTIONAL_FIELDS = ("replay", "hybrid_swa")  # each applies to the backends that list it in case_fields
 _ALLOCATOR_FIELDS = {"component", "gather", "page_size", "seq_lens", "last_loc", "free_pages", "parked_pages"}
 
 
@@ -111,7 +82,7 @@ def _reject_unknown(data: Mapping[str, object], known: set[str]) -> None:
 
 def parse_component(data: Mapping[str, object]) -> str:
     component = _str(data, "component")
-    if component not in COMPONENTS:
+    if component != "allocator" and not backends.is_table_backend(component):
         raise CaseError(f"component: {component!r} is not one of {', '.join(COMPONENTS)}")
     return component
 
@@ -127,7 +98,17 @@ def parse_case(data: object, *, need_seq_lens: bool = True) -> Case:
 
 
 def parse_table_case(data: Mapping[str, object], *, need_seq_lens: bool = True) -> TableCase:
+    """A table case; ``engine`` fills the version's rule, width generation and replay where the
+    case gives none. Without ``max_bs`` the captured graph is taken to hold the batch."""
     _reject_unknown(data, _TABLE_FIELDS)
+    component = str(data["component"])
+    backend = backends.backend_of(component)
+    try:
+        data = apply_engine(data, backend.name)
+    except ValueError as err:
+        raise CaseError(str(err)) from None
+    given = data.get("seq_lens")
+    batch = len(given) if isinstance(given, list) else 1  # checked below, after the geometry
     try:
         geometry = ServingGeometry(
             context_len=_int(data, "context_len"),
@@ -136,21 +117,21 @@ def parse_table_case(data: Mapping[str, object], *, need_seq_lens: bool = True) 
             spec_steps=_int(data, "spec_steps", 1),
             spec_topk=_int(data, "spec_topk", 1),
             draft_has_kv=_bool(data, "draft_has_kv", True),
-            max_bs=_int(data, "max_bs", 1),
+            max_bs=_int(data, "max_bs", max(1, batch)),
             width_gen=_str(data, "width_gen", "g1"),
         )
-        rule = check_rule(_str(data, "rule"))
+        rule = backends.check_rule(backend, _str(data, "rule"))
         mode = Mode.parse(_str(data, "mode"))
         replay = Replay.parse(_str(data, "replay", "dynamic"))
     except CaseError:
         raise
     except ValueError as err:
         raise CaseError(str(err)) from None
-    component = str(data["component"])
-    if component == "npu-block-table" and "replay" in data:
-        raise CaseError("replay: applies to dsa-page-table only")
-    if component == "dsa-page-table" and data.get("hybrid_swa"):
-        raise CaseError("hybrid_swa: applies to npu-block-table only")
+    for name in _OPTIONAL_FIELDS:
+        given = name in data if name == "replay" else bool(data.get(name))
+        if given and name not in backend.case_fields:
+            takers = [b.label for b in backends.table_backends() if name in b.case_fields]
+            raise CaseError(f"{name}: applies to {', '.join(takers)} only")
     return TableCase(
         component=component,
         geometry=geometry,
@@ -178,3 +159,7 @@ def parse_allocator_case(data: Mapping[str, object]) -> AllocatorCase:
         free_pages=_int_list(data, "free_pages", min_len=0),
         parked_pages=_int_list(data, "parked_pages", required=False, min_len=0),
     )
+
+
+__all__ = ["COMPONENTS", "MAX_BATCH", "TABLE_COMPONENTS", "AllocatorCase", "Case", "CaseError", "Replay", "TableCase",
+           "parse_allocator_case", "parse_case", "parse_component", "parse_table_case"]

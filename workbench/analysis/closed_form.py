@@ -4,13 +4,16 @@ Execution (``workbench.analysis.boundary``) is the ground truth; this module pre
 with numpy arithmetic, no Python loop per configuration, so a sweep can screen a million
 configurations and then confirm each prediction by executing the step at it and one below it.
 
-For one request with committed length ``s`` and a mode that reads ``look`` tokens past it:
+For one request with committed length ``s`` and a mode that reads ``look`` tokens past it (the
+backend's ``lookahead_grid``), a table whose row covers ``C`` tokens (``capacity_grid``: ``B * ps``
+for a table of pages, ``B`` for one of tokens) fails iff ``s + look > C``, so
 
-    NPU block table   fails iff cdiv(s + look, ps) > B      ->  first s = B * ps - look + 1
-    DSA page table    fails iff s + look > B                ->  first s = B - look + 1
+    first s = C - look + 1
 
-(dynamic DSA raises a shape error; static DSA truncates silently: a silent over-read). The first
-failing length is clamped to 1 and is reported only when it is inside the searched bound.
+(how it fails, a shape error or a silent over-read, is the backend's and is found by execution).
+The first failing length is clamped to 1 and is reported only when it is inside the searched
+bound. Each backend gives its widths over the grid (``SizingRule.width_grid``), so this module
+knows no backend by name.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
+from workbench import backends
+from workbench.backends.base import MODE_CODES, Grid
+
 IntArray = npt.NDArray[np.int64]
 
 NO_FAILURE = -1  # first_failing_seq_len where no committed length up to the bound fails
-MODE_CODES = {"decode": 0, "target-verify": 1, "draft-decode": 2, "draft-extend": 3}
-RULE_CODES = {"context": 0, "context-plus-draft": 1, "req-to-token": 2}
 GEN_CODES = {"g1": 1, "g2": 2, "g3": 3}
 
 
@@ -47,18 +51,6 @@ def request_table_width(
     return ctx + extra
 
 
-def table_width(npu: npt.NDArray[np.bool_], rule: IntArray, ctx: IntArray, ps: IntArray, d: IntArray,
-                w: IntArray) -> IntArray:
-    """``B``: pages for the NPU block table, tokens for the DSA page table."""
-    npu_b = np.select(
-        [rule == 0, rule == 1],
-        [_cdiv(ctx, ps), (ctx + ps - 1 + d) // ps],
-        np.maximum((ctx + ps - 1 + d) // ps, _cdiv(w, ps)),
-    )
-    dsa_b = np.select([rule == 0, rule == 1], [ctx, ctx + d], w)
-    return np.where(npu, npu_b, dsa_b)
-
-
 def max_committed_len(ctx: IntArray, d: IntArray, w: IntArray, mode: IntArray, step_id: IntArray) -> IntArray:
     with_spec = np.select([mode == 1, mode == 2], [w - d, w - step_id - 1], w - 1)
     return np.where(d > 0, with_spec, ctx - 1)
@@ -67,26 +59,37 @@ def max_committed_len(ctx: IntArray, d: IntArray, w: IntArray, mode: IntArray, s
 def first_failing_seq_len(columns: Mapping[str, npt.ArrayLike]) -> dict[str, IntArray]:
     """Predict, per configuration, ``W``, ``B``, the searched bound and the first failing length.
 
-    ``columns`` holds equal-length arrays: ``component`` ("npu-block-table" / "dsa-page-table"),
+    ``columns`` holds equal-length arrays: ``component`` (a table backend's name or alias),
     ``rule``, ``mode``, ``width_gen`` (strings) and ``context_len``, ``page_size``,
     ``draft_tokens``, ``spec_steps``, ``spec_topk``, ``draft_has_kv``, ``step_id`` and optionally
     ``max_seq_len`` (numbers). Returns int64 arrays; ``first_failing_seq_len`` is ``NO_FAILURE``
     where nothing fails.
     """
-    npu = np.asarray(columns["component"]) == "npu-block-table"
-    rule = _codes(columns["rule"], RULE_CODES)
+    components = np.asarray(columns["component"])
+    rules = np.asarray(columns["rule"])
     mode = _codes(columns["mode"], MODE_CODES)
     gen = _codes(columns["width_gen"], GEN_CODES)
     ctx, ps, d = (np.asarray(columns[k], dtype=np.int64) for k in ("context_len", "page_size", "draft_tokens"))
     steps, topk, step_id = (np.asarray(columns[k], dtype=np.int64) for k in ("spec_steps", "spec_topk", "step_id"))
     draft_kv = np.asarray(columns["draft_has_kv"], dtype=bool)
     w = request_table_width(ctx, ps, d, steps, topk, draft_kv, gen)
-    b = table_width(npu, rule, ctx, ps, d, w)
-    look = np.select([mode == 1, (mode == 2) & npu], [d, step_id + 1], 0)
+    grid = Grid(ctx, ps, d, w, mode, step_id)
+    b = np.zeros_like(ctx)
+    capacity_tokens = np.zeros_like(ctx)
+    look = np.zeros_like(ctx)
+    for name in np.unique(components):
+        backend = backends.backend_of(str(name))
+        rows = components == name
+        part = grid.take(rows)
+        look[rows] = backend.lookahead_grid(part)
+        for rule in np.unique(rules[rows]):
+            mask = rows & (rules == rule)
+            width = backend.rules[backends.check_rule(backend, str(rule))].width_grid(grid.take(mask))
+            b[mask] = width
+            capacity_tokens[mask] = backend.capacity_grid(width, ps[mask])
     bound = max_committed_len(ctx, d, w, mode, step_id)
     if "max_seq_len" in columns:
         bound = np.minimum(bound, np.asarray(columns["max_seq_len"], dtype=np.int64))
-    capacity_tokens = np.where(npu, b * ps, b)
     first = np.maximum(capacity_tokens - look + 1, 1)
     first = np.where(first <= bound, first, NO_FAILURE)
     return {"request_table_width": w, "buffer_width": b, "max_seq_len": bound, "first_failing_seq_len": first}

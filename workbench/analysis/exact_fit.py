@@ -7,7 +7,8 @@ more, at the exact fit, when a row that opens no page comes after the last one t
 row gathers ``free_pages[opening rows before it]``, and that row's index is one past the list. So
 the smallest free pool a step succeeds with is, by closed form,
 
-    first_ok_free = needed + 1   npu-legacy, and a non-opening row follows the last opening row
+    first_ok_free = needed + 1   a gather that indexes every row (the NPU's legacy one), and a
+                                 non-opening row follows the last opening row
                   = needed       otherwise
 
 and ``allocator_boundaries`` confirms it as the table sweeps do: the step at ``first_ok_free``
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from workbench import backends
 from workbench.analysis.boundary import PredictionMismatch
 from workbench.analysis.cases import AllocatorCase
 from workbench.analysis.probe import probe_allocator
@@ -100,9 +102,15 @@ def predict_first_ok_free(
     gathers: Sequence[str], needed: npt.ArrayLike, trailing: npt.ArrayLike
 ) -> npt.NDArray[np.int64]:
     """The closed form above over whole arrays: ``needed`` new pages per batch, ``trailing``
-    whether a non-opening row follows its last opening row."""
-    legacy = np.asarray(gathers) == Gather.NPU_LEGACY.value
-    first: npt.NDArray[np.int64] = np.asarray(needed, dtype=np.int64) + (legacy & np.asarray(trailing, dtype=bool))
+    whether a non-opening row follows its last opening row. Which gathers fail at the exact fit
+    is each gather's own word (``DecodeGather.exact_fit_fails``)."""
+    names = np.asarray(gathers)
+    trailing_rows = np.asarray(trailing, dtype=bool)
+    extra = np.zeros(len(names), dtype=bool)
+    for name in np.unique(names):
+        rows = names == name
+        extra[rows] = backends.gather_of(str(name)).exact_fit_fails(trailing_rows[rows])
+    first: npt.NDArray[np.int64] = np.asarray(needed, dtype=np.int64) + extra
     return first
 
 

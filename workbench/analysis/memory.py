@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.analysis.cases import TABLE_COMPONENTS
-from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES, RULE_NAMES, check_rule
-from workbench.model.geometry import Mode, ServingGeometry, cdiv
+from workbench import backends
+from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
+from workbench.backends.base import INT32_BYTES, TableBackend
+from workbench.model.geometry import Mode, ServingGeometry
 
-INT32_BYTES = 4  # every table the graphs keep is int32
+__all__ = ["INT32_BYTES"]  # re-exported: the memory model's vocabulary
 DEFAULT_PRESETS = Path(__file__).resolve().parents[2] / "data" / "presets.json"
 
 
@@ -148,51 +149,28 @@ def load_presets(path: str | Path = DEFAULT_PRESETS) -> list[ModelPreset]:
 # ---- bytes per buffer ---------------------------------------------------------------------------
 
 
-def _checked_mode(component: str, geometry: ServingGeometry, mode: Mode | str) -> Mode:
-    if component not in TABLE_COMPONENTS:
-        raise ValueError(f"component: {component!r} is not one of {', '.join(TABLE_COMPONENTS)}")
+def _checked(component: str, geometry: ServingGeometry, mode: Mode | str) -> tuple[TableBackend, Mode]:
+    backend = backends.backend_of(component)
     parsed = Mode.parse(mode)
-    reason = geometry.invalid_mode_reason(parsed)
+    reason = geometry.invalid_mode_reason(parsed) or backend.mode_problem(parsed)
     if reason:
         raise ValueError(reason)
-    if component == "dsa-page-table" and parsed is Mode.DRAFT_DECODE:
-        raise ValueError("mode: the DSA page table has no draft-decode graph (decode, target-verify, draft-extend)")
-    return parsed
-
-
-def graph_tokens_per_request(geometry: ServingGeometry, mode: Mode) -> int:
-    """Query tokens per request of the captured graph (``max_num_tokens / max_bs``, spec section 1)."""
-    if mode is Mode.TARGET_VERIFY:
-        return geometry.draft_tokens
-    if mode is Mode.DRAFT_DECODE:
-        return geometry.spec_topk
-    if mode is Mode.DRAFT_EXTEND:
-        return geometry.spec_steps + 1
-    return 1
+    return backend, parsed
 
 
 def table_bytes(
     component: str, geometry: ServingGeometry, width: int, mode: Mode | str = "target-verify", *, hybrid_swa: bool = False
 ) -> int:
-    """Bytes of the buffers ``init_cuda_graph_state`` makes for a table ``width`` wide.
-
-    NPU: ``block_tables`` (max_bs, width pages) int32, twice for hybrid SWA models.
-    DSA: ``page_table`` (max_bs * tokens_per_request, width tokens) int32, plus for ps > 1
-    ``real_page_table`` with the same rows and ``cdiv(width, ps)`` columns.
-    """
-    parsed = _checked_mode(component, geometry, mode)
-    if component == "npu-block-table":
-        tables = 2 if hybrid_swa else 1
-        return tables * geometry.max_bs * width * INT32_BYTES
-    rows = geometry.max_bs * graph_tokens_per_request(geometry, parsed)
-    columns = width + (cdiv(width, geometry.page_size) if geometry.page_size > 1 else 0)
-    return rows * columns * INT32_BYTES
+    """Bytes of the buffers ``init_cuda_graph_state`` makes for a table ``width`` wide (the
+    backend's ``table_bytes``: e.g. NPU ``block_tables`` (max_bs, width pages) int32)."""
+    backend, parsed = _checked(component, geometry, mode)
+    return backend.table_bytes(geometry, width, parsed, hybrid_swa=hybrid_swa)
 
 
 def rule_width(component: str, geometry: ServingGeometry, rule: str) -> int:
-    """The width a rule gives: pages for the NPU block table, tokens for the DSA page table."""
-    rules = NPU_BLOCK_TABLE_RULES if component == "npu-block-table" else DSA_PAGE_TABLE_RULES
-    return rules[check_rule(rule)](geometry)
+    """The width a rule gives, in the backend's unit (pages or tokens)."""
+    backend = backends.backend_of(component)
+    return backend.width(geometry, backends.check_rule(backend, rule))
 
 
 def buffer_bytes(
@@ -203,28 +181,20 @@ def buffer_bytes(
 
 
 def max_step_reads(component: str, geometry: ServingGeometry, mode: Mode | str = "target-verify", step_id: int = 0) -> int:
-    """Tokens the longest request may read in one step: the table's bound plus the lookahead.
-
-    The DSA replay adds the drafts in target-verify only; the NPU replay also adds
-    ``step_id + 1`` in draft-decode (spec sections 2 and 3).
-    """
-    parsed = _checked_mode(component, geometry, mode)
-    bound = geometry.max_committed_len(parsed, step_id)
-    if component == "dsa-page-table":
-        return bound + (geometry.draft_tokens if parsed is Mode.TARGET_VERIFY else 0)
-    return bound + geometry.lookahead(parsed, step_id)
+    """Tokens the longest request may read in one step: the table's bound plus the backend's
+    lookahead (D in target-verify; ``step_id + 1`` in draft-decode where the backend adds it)."""
+    backend, parsed = _checked(component, geometry, mode)
+    return geometry.max_committed_len(parsed, step_id) + backend.lookahead(geometry, parsed, step_id)
 
 
 def min_safe_width(component: str, geometry: ServingGeometry, mode: Mode | str = "target-verify", step_id: int = 0) -> int:
     """The narrowest width that no committed length up to ``max_committed_len`` can overflow.
 
-    NPU: the pages of the longest read, ``cdiv(reads, ps)``. DSA: the longest read in tokens.
+    A table of pages: the pages of the longest read, ``cdiv(reads, ps)``; of tokens: the read.
     Example: QwQ verify (ctx 32768, D 16, ps 128): bound W - D = 32772, reads 32788, 257 pages.
     """
     reads = max_step_reads(component, geometry, mode, step_id)
-    if component == "npu-block-table":
-        return cdiv(reads, geometry.page_size)
-    return reads
+    return backends.backend_of(component).width_for_tokens(geometry, reads)
 
 
 def min_safe_bytes(
@@ -262,7 +232,7 @@ def memory_table(
     presets: Iterable[ModelPreset],
     rules: Iterable[str] = RULE_NAMES,
     *,
-    components: Iterable[str] = TABLE_COMPONENTS,
+    components: Iterable[str] = DEFAULT_COMPONENTS,
     mode: str = "target-verify",
 ) -> pd.DataFrame:
     """One row per preset x component x rule: the buffer's bytes beside the KV budget they guard.
@@ -272,11 +242,14 @@ def memory_table(
     safe width: bytes saved at the price of a failing step. ``overhead_ratio`` is relative to the
     safe bytes.
     """
-    rule_list = [check_rule(r) for r in rules]
+    rule_list = list(rules)
+    for rule in rule_list:
+        if rule not in RULE_NAMES:
+            raise ValueError(f"rule: {rule!r} is not one of {', '.join(RULE_NAMES)}")
     rows = [
         row
         for preset in presets
         for component in components
-        for row in memory_rows(preset, component, rule_list, mode)
+        for row in memory_rows(preset, component, [r for r in rule_list if r in backends.backend_of(component).rules], mode)
     ]
     return pd.DataFrame(rows)

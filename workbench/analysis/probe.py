@@ -13,14 +13,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from workbench import backends
 from workbench.analysis import capture_cache
 from workbench.analysis.cases import AllocatorCase, Case, TableCase
-from workbench.backends.rules import DSA_PAGE_TABLE_RULES, NPU_BLOCK_TABLE_RULES
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
-from workbench.backends.sglang_dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.backends.base import TableBackend
 from workbench.devices.graph import GRAPH_PATH, NO_READ, choose_path
 from workbench.model.allocator import PagedAllocator, pages_needed_for_decode
-from workbench.model.geometry import Mode, cdiv
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 
@@ -36,11 +34,10 @@ def probe(case: Case, device: torch.device | str = "cpu") -> ProbeResult:
 def table_case_problem(case: TableCase) -> str | None:
     """Why ``case`` is not a state the engine can replay, or None."""
     g, mode = case.geometry, case.mode
-    reason = g.invalid_mode_reason(mode, case.step_id)
+    backend = backends.backend_of(case.component)
+    reason = g.invalid_mode_reason(mode, case.step_id) or backend.mode_problem(mode)
     if reason:
         return reason
-    if case.component == "dsa-page-table" and mode is Mode.DRAFT_DECODE:
-        return "draft-decode: the DSA replay has no such mode (decode, target-verify, draft-extend)"
     if not case.seq_lens:
         return "seq_lens: empty (a batch has at least one request)"
     bound = g.max_committed_len(mode, case.step_id)
@@ -51,14 +48,12 @@ def table_case_problem(case: TableCase) -> str | None:
             return f"seq_lens: {s} is past the largest committed length the request table holds in {mode.value} ({bound})"
     if len(case.seq_lens) > g.max_bs:
         return f"seq_lens: {len(case.seq_lens)} requests exceed the captured max_bs ({g.max_bs})"
-    return None
+    return backend.case_problem(case)
 
 
 def step_reads(case: TableCase, seq_len: int) -> int:
     """Tokens one request's kernel reads in this step: its committed length plus the lookahead."""
-    if case.component == "dsa-page-table" and case.mode is not Mode.TARGET_VERIFY:
-        return seq_len
-    return seq_len + case.geometry.lookahead(case.mode, case.step_id)
+    return seq_len + backends.backend_of(case.component).lookahead(case.geometry, case.mode, case.step_id)
 
 
 def probe_table(
@@ -66,16 +61,17 @@ def probe_table(
 ) -> ProbeResult:
     """Replay ``case`` into its graph buffers and classify the step.
 
-    ``kernel_read``: after the replay's ``copy_``, run the kernel-like read of the buffers (True),
-    skip it (False), or run it only where it is a captured graph (None, what sweeps use). On the
-    CPU the read cannot change an outcome: every live entry it follows names a slot of the pool,
-    since the replay copied it from the request table. On CUDA / NPU it is the graph replay itself.
+    ``kernel_read``: after the replay, run the kernel-like read of the buffers (True), skip it
+    (False), or run it only where it is a captured graph (None, what sweeps use). On the CPU the
+    read cannot change an outcome: every live entry it follows names a slot of the pool, since
+    the replay copied it from the request table. On CUDA / NPU it is the graph replay itself.
     The result's ``path`` says what ran: ``graph``, ``eager`` or ``none``.
     """
     problem = table_case_problem(case)
     if problem:
         return invalid(problem)
     g = case.geometry
+    backend = backends.backend_of(case.component)
     width = g.request_table_width
     reads = [step_reads(case, s) for s in case.seq_lens]
     # Each request holds slots for every position the step touches (verify writes its D drafts),
@@ -84,14 +80,16 @@ def probe_table(
     table = capture_cache.request_slots(lengths, width, g.page_size, device)
     path = choose_path(device)  # a captured graph on CUDA / NPU, the same read run eagerly on the CPU
     read = kernel_read if kernel_read is not None else path == GRAPH_PATH
-    buffer_width = _buffer_width(case)
-    replay = _replay_npu if case.component == "npu-block-table" else _replay_dsa
-    outcome, error = classify_replay(
-        case.component, lambda: replay(case, buffer_width, table, lengths, device, path, read), reads)
+    buffer_width = backend.width(g, case.rule)
+
+    def replay() -> int:
+        return _replay(backend, case, buffer_width, table, reads, device, path, read)
+
+    outcome, error = classify_replay(backend, replay, reads)
     return _result(case, outcome, error, buffer_width, max(reads), device, path if read else NO_READ)
 
 
-def classify_replay(component: str, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
+def classify_replay(backend: TableBackend, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
     """Run ``replay`` (it returns the tokens a buffer row covers) and classify it as a probe does.
 
     A ``copy_`` that raises is a shape error, a gather past its tensor an index error; a replay
@@ -107,67 +105,28 @@ def classify_replay(component: str, replay: Callable[[], int], reads: Sequence[i
     over = [(i, r) for i, r in enumerate(reads) if r > capacity]
     if over:
         row, r = over[0]
-        name = "block_tables" if component == "npu-block-table" else "page_table"
-        return Outcome.SILENT_OVERREAD, f"silent over-read: request {row} reads {r} tokens but its {name} row covers {capacity}"
+        return Outcome.SILENT_OVERREAD, (
+            f"silent over-read: request {row} reads {r} tokens but its {backend.buffer_name} row covers {capacity}")
     return Outcome.OK, None
 
 
-def _buffer_width(case: TableCase) -> int:
-    rules = NPU_BLOCK_TABLE_RULES if case.component == "npu-block-table" else DSA_PAGE_TABLE_RULES
-    return rules[case.rule](case.geometry)
-
-
-def _replay_npu(
-    case: TableCase, width: int, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
-    read: bool,
+def _replay(
+    backend: TableBackend, case: TableCase, width: int, table: capture_cache.RequestSlots, reads: list[int],
+    device: torch.device | str, path: str, read: bool,
 ) -> int:
-    """Replay, then (if ``read``) the kernel-like read; returns the tokens a block-table row covers."""
+    """Replay into the captured buffers, then (if ``read``) the kernel-like read; returns the tokens
+    a buffer row covers."""
     g = case.geometry
-    rows = len(case.seq_lens)
-    state = capture_cache.captured(case.component, g, case.rule, width, rows=rows, num_slots=table.num_slots,
-                                   hybrid_swa=case.hybrid_swa, device=device, path=path)
-    assert isinstance(state.buffers, NpuBlockTables)
-    full_to_swa = None
-    if case.hybrid_swa:
-        full_to_swa = lockstep_full_to_swa(sum(cdiv(n, g.page_size) for n in lengths), g.page_size, device)
-    state.buffers.replay(
-        table.req_to_token, range(1, rows + 1), list(case.seq_lens), case.mode,
-        draft_tokens=g.draft_tokens, step_id=case.step_id, full_to_swa=full_to_swa,
-    )  # the host-side copy_: a shape error is raised here, before any replay
-    if read:
-        state.read().run([step_reads(case, s) for s in case.seq_lens])  # one block-table row per request
-    return state.buffers.width_pages * g.page_size
-
-
-def _replay_dsa(
-    case: TableCase, width: int, table: capture_cache.RequestSlots, lengths: list[int], device: torch.device | str, path: str,
-    read: bool,
-) -> int:
-    """Replay, then (if ``read``) the kernel-like read; returns the width in tokens, which is also
-    what a row covers.
-
-    The engine's verify graph has ``bs * D`` query rows, each a copy of its request's row. Rows
-    change neither whether the copy fails nor torch's message, except when the destination is one
-    column wide (torch then names the shapes, rows included), so the probe replays one query row
-    per request unless the buffer is that narrow: a 1M-token verify then moves 4 MB, not 4 MB * D.
-    """
-    g = case.geometry
-    per_request = tokens_per_request(g, case.mode, case.accept_len)
-    if width > 1:
-        per_request = 1
     bs = len(case.seq_lens)
-    state = capture_cache.captured(case.component, g, case.rule, width, rows=bs * per_request,
-                                   num_slots=table.num_slots, hybrid_swa=False, device=device, path=path)
-    assert isinstance(state.buffers, DsaPageTable)
-    state.buffers.replay(
-        table.req_to_token, range(1, bs + 1), list(case.seq_lens), case.mode,
-        draft_tokens=g.draft_tokens, accept_len=case.accept_len, replay=case.replay, query_rows=per_request,
-    )  # the host-side copy_: a shape error is raised here, before any replay
-    if read:  # query rows as repeat_interleave lays them out
-        state.read().run([step_reads(case, s) for s in case.seq_lens for _ in range(per_request)])
-    # The kernels read page ids through the page-level table: cdiv(B, ps) pages of ps tokens
-    # cover more than B tokens, but only the first B were copied from the request table.
-    return state.buffers.width_tokens
+    state = capture_cache.captured(backend, case, width, rows=backend.probe_rows(case, width),
+                                   num_slots=table.num_slots, device=device, path=path)
+    backend.replay(state.buffers, table.req_to_token, range(1, bs + 1), list(case.seq_lens), case,
+                   num_slots=table.num_slots)  # the host-side copy_: a shape error is raised here
+    if read:
+        state.read().run(backend.read_lengths(case, reads))
+    # A page-level table of cdiv(B, ps) pages covers more than B tokens, but a token-granular
+    # backend copied only the first B from the request table: its capacity is its width.
+    return backend.capacity_tokens(g, width)
 
 
 def _result(

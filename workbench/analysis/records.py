@@ -22,7 +22,7 @@ def probe_record(data: object, device: str) -> dict[str, object]:
 def boundary_record(data: object, device: str) -> dict[str, object]:
     try:
         if isinstance(data, dict) and parse_component(data) not in TABLE_COMPONENTS:
-            raise CaseError("component: boundaries are searched for npu-block-table and dsa-page-table")
+            raise CaseError(f"component: boundaries are searched for the tables ({', '.join(TABLE_COMPONENTS)})")
         case = parse_case(_without(data, "max_seq_len"), need_seq_lens=False)
         assert isinstance(case, TableCase)
         if case.seq_lens:

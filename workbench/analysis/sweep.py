@@ -29,19 +29,20 @@ import pandas as pd  # type: ignore[import-untyped]
 from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
 import workbench
+from workbench import backends
 from workbench.analysis import boundary as boundary_module
-from workbench.analysis.cases import TABLE_COMPONENTS, AllocatorCase, TableCase
+from workbench.analysis.cases import AllocatorCase, TableCase
 from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import buffer_bytes, min_safe_bytes, rule_width
 from workbench.analysis.probe import table_case_problem
-from workbench.backends.rules import RULE_NAMES
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
 from workbench.devices import isolation
 from workbench.devices.device import one_torch_thread
 from workbench.devices.measured_memory import Measured, allocate_full_size, measure_bytes
 from workbench.files import atomic_write_parquet
 from workbench.model.allocator import Gather
+from workbench.model.cases import Replay
 from workbench.model.geometry import (
     MAX_CONTEXT_LEN,
     MAX_DRAFT_TOKENS,
@@ -89,7 +90,7 @@ class SweepGrid:
     ``replays`` apply to DSA rows only; NPU rows use the dynamic replay.
     """
 
-    components: tuple[str, ...] = TABLE_COMPONENTS
+    components: tuple[str, ...] = DEFAULT_COMPONENTS
     context_lens: tuple[int, ...] = DEFAULT_CONTEXT_LENS
     page_sizes: tuple[int, ...] = (1, 64, 128)
     draft_tokens: tuple[int, ...] = (0, 4, 6, 16)
@@ -110,7 +111,7 @@ class SweepGrid:
             value = getattr(self, f.name)
             if isinstance(value, list):
                 object.__setattr__(self, f.name, tuple(value))
-        _check_choices("components", self.components, TABLE_COMPONENTS)
+        _check_choices("components", self.components, backends.all_names())
         _check_ints("context_lens", self.context_lens, 2, MAX_CONTEXT_LEN)
         _check_ints("page_sizes", self.page_sizes, 1, MAX_PAGE_SIZE)
         _check_ints("draft_tokens", self.draft_tokens, 0, MAX_DRAFT_TOKENS)
@@ -138,7 +139,8 @@ class SweepGrid:
 
 def _candidates(grid: SweepGrid) -> Iterator[TableCase]:
     for component in grid.components:
-        replays = grid.replays if component == "dsa-page-table" else ("dynamic",)
+        backend = backends.backend_of(component)
+        replays = tuple(r for r in grid.replays if r in backend.replays) or backend.replays[:1]
         for ctx in grid.context_lens:
             for ps in grid.page_sizes:
                 for d in grid.draft_tokens:
@@ -148,7 +150,7 @@ def _candidates(grid: SweepGrid) -> Iterator[TableCase]:
                             spec_topk=grid.spec_topk, draft_has_kv=grid.draft_has_kv, max_bs=grid.max_bs,
                             width_gen=gen,
                         )
-                        for rule in grid.rules:
+                        for rule in (r for r in grid.rules if r in backend.rules):
                             for mode in grid.modes:
                                 for replay in replays:
                                     yield TableCase(
@@ -206,7 +208,7 @@ def sweep_row(
         "width_gen": g.width_gen, "replay": case.replay.value, "overshoot": overshoot,
         "step_id": case.step_id, "max_bs": g.max_bs, "request_table_width": g.request_table_width,
         "buffer_width": rule_width(case.component, g, case.rule),
-        "buffer_unit": "pages" if case.component == "npu-block-table" else "tokens",
+        "buffer_unit": backends.backend_of(case.component).unit,
         "max_seq_len": found.max_seq_len, "first_failing_seq_len": first,
         "failing_offset": None if first is None else first - g.context_len,
         "outcome": failing.outcome.value if failing is not None else "ok",
@@ -367,7 +369,7 @@ def run_sweep(
 def allocator_exact_fit_sweep(
     page_sizes: Sequence[int] = (4, 128),
     max_batch: int = 8,
-    gathers: Sequence[str] = ("npu-legacy", "npu-clamped", "cuda-masked"),
+    gathers: Sequence[str] = backends.GATHER_NAMES,
     *,
     device: str = "cpu",
 ) -> pd.DataFrame:
@@ -423,7 +425,7 @@ def request_trace(case: TableCase, *, steps: int = 40, device: str = "cpu") -> p
         if result.outcome.value == "invalid":
             raise ValueError(result.error)
         width = rule_width(case.component, g, case.rule)
-        capacity = width * g.page_size if case.component == "npu-block-table" else width
+        capacity = backends.backend_of(case.component).capacity_tokens(g, width)
         rows.append({
             "seq_len": s, "reads": result.reads, "buffer_width": width, "buffer_capacity_tokens": capacity,
             "request_table_width": g.request_table_width, "outcome": result.outcome.value, "error": result.error,

@@ -1,1 +1,95 @@
-"""backends"""
+"""The registry of engine backends: one module per backend, each declaring what the package needs.
+
+Everything outside this package asks the registry (``backend_of``, ``table_backends``) and never
+branches on a backend's name. Adding a backend is one module plus one line in ``_MODULES``
+(``_GATHER_MODULES`` for an allocator's ``alloc_decode`` gathers).
+"""
+
+from __future__ import annotations
+
+from workbench.backends import (
+    sglang_ascend_block_tables,
+    sglang_cuda_allocator,
+    sglang_dsa_page_table,
+    sglang_fa3_page_table,
+    sglang_npu_allocator,
+)
+from workbench.backends.base import Seed, SizingRule, TableBackend
+from workbench.backends.gather import DecodeGather
+
+_MODULES = (sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table)
+
+_GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
+
+TABLE_BACKENDS: tuple[TableBackend, ...] = tuple(m.BACKEND for m in _MODULES)
+_BY_NAME: dict[str, TableBackend] = {
+    name: b for b in TABLE_BACKENDS for name in (b.name, *b.aliases)
+}
+# The names the command line and case files accept: legacy aliases first, as they always were.
+TABLE_COMPONENTS: tuple[str, ...] = tuple(b.label for b in TABLE_BACKENDS)
+DEFAULT_COMPONENTS: tuple[str, ...] = tuple(b.label for b in TABLE_BACKENDS if b.in_defaults)
+RULE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r for b in TABLE_BACKENDS for r in b.rules))
+
+
+GATHERS: dict[str, DecodeGather] = {g.name: g for m in _GATHER_MODULES for g in m.GATHERS}
+GATHER_NAMES: tuple[str, ...] = tuple(GATHERS)
+
+
+def gather_of(name: str) -> DecodeGather:
+    """The ``alloc_decode`` gather called ``name``."""
+    try:
+        return GATHERS[name]
+    except KeyError:
+        raise ValueError(f"gather: {name!r} is not one of {', '.join(GATHERS)}") from None
+
+
+def table_backends() -> tuple[TableBackend, ...]:
+    return TABLE_BACKENDS
+
+
+def is_table_backend(name: str) -> bool:
+    return name in _BY_NAME
+
+
+def backend_of(name: str) -> TableBackend:
+    """The backend called ``name`` (its registry name or an alias)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"component: {name!r} is not one of {', '.join(TABLE_COMPONENTS)}") from None
+
+
+def all_names() -> tuple[str, ...]:
+    """Every accepted table-backend name: each backend's label, then the other names."""
+    return tuple(dict.fromkeys([*TABLE_COMPONENTS, *_BY_NAME]))
+
+
+def check_rule(backend: TableBackend, rule: str) -> str:
+    if rule not in backend.rules:
+        if rule in RULE_NAMES:
+            raise ValueError(f"rule: {rule!r} is not a rule of {backend.label} (allowed: {', '.join(backend.rules)})")
+        raise ValueError(f"rule: {rule!r} is not one of {', '.join(RULE_NAMES)}")
+    return rule
+
+
+def check_rule_name(rule: str) -> str:
+    """``rule`` if some backend has a rule of that name."""
+    if rule not in RULE_NAMES:
+        raise ValueError(f"rule: {rule!r} is not one of {', '.join(RULE_NAMES)}")
+    return rule
+
+
+def seeds() -> tuple[Seed, ...]:
+    return tuple(seed for b in TABLE_BACKENDS for seed in b.seeds)
+
+
+def allocator_seeds() -> tuple[Seed, ...]:
+    """The allocators' seed cases (the exact fit of the NPU gather)."""
+    return tuple(seed for m in _GATHER_MODULES for seed in m.SEEDS)
+
+
+__all__ = [
+    "DEFAULT_COMPONENTS", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "TABLE_BACKENDS", "TABLE_COMPONENTS", "DecodeGather", "Seed",
+    "SizingRule", "TableBackend", "all_names", "allocator_seeds", "backend_of", "check_rule", "check_rule_name", "gather_of",
+    "is_table_backend", "seeds", "table_backends",
+]

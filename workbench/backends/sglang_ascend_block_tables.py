@@ -1,8 +1,12 @@
-"""The Ascend NPU backend's graph-mode block tables (spec section 2).
+"""SGLang's Ascend NPU backend: the graph-mode block tables (spec section 2).
 
 ``init_cuda_graph_state`` sizes ``block_tables`` (and, for hybrid sliding-window models,
 ``block_tables_swa``) once; every replay rebuilds the page ids of the batch from the request table
-and ``copy_``s them in. The replay is the same before and after the fix: only the width changed.
+and ``copy_``s them in. The replay is the same before and after the fix: only the width changed,
+so a step that needs more pages than the table has is torch's shape error.
+
+Engine: ``srt/hardware_backend/npu/attention/ascend_backend.py`` (``init_cuda_graph_state``,
+``_apply_cuda_graph_metadata``).
 """
 
 from __future__ import annotations
@@ -10,12 +14,54 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from workbench.backends.rules import NPU_BLOCK_TABLE_RULES, check_rule
+from workbench.backends.base import Buffers, Grid, IntArray, Seed, SizingRule, TableBackend, cdiv_grid
+from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 PAD_PAGE = 0  # columns past a request's pages, and padded rows, hold page 0
+SEQ_FILL = 0  # the seq_len of a padded graph row on this backend
+
+
+# ---- sizing rules (pages) -------------------------------------------------------------------------
+
+
+def npu_context(g: ServingGeometry) -> int:
+    """Before the first seed's fix: ``cdiv(ctx, ps)`` pages, blind to the draft tokens."""
+    return cdiv(g.context_len, g.page_size)
+
+
+def npu_context_plus_draft(g: ServingGeometry) -> int:
+    """The first seed's fix: ``(ctx + ps - 1 + D) // ps`` pages (blind to the table's +4 slack)."""
+    return (g.context_len + g.page_size - 1 + g.draft_tokens) // g.page_size
+
+
+def npu_req_to_token(g: ServingGeometry) -> int:
+    """The later tightening: at least ``cdiv(W, ps)`` pages, so every request-table page fits."""
+    return max(npu_context_plus_draft(g), cdiv(g.request_table_width, g.page_size))
+
+
+def _context_plus_draft_grid(x: Grid) -> IntArray:
+    out: IntArray = (x.ctx + x.ps - 1 + x.d) // x.ps
+    return out
+
+
+RULES = {
+    "context": SizingRule(
+        "context", npu_context, lambda x: cdiv_grid(x.ctx, x.ps),
+        change="the Ascend backend before the first seed's fix",
+        quirk="blind to the draft tokens a verify reads past the context"),
+    "context-plus-draft": SizingRule(
+        "context-plus-draft", npu_context_plus_draft, _context_plus_draft_grid,
+        change="the first seed's fix (in force in sglang 0.5.23)",
+        quirk="blind to the request table's +4 slack and the G2/G3 reserve"),
+    "req-to-token": SizingRule(
+        "req-to-token", npu_req_to_token, lambda x: np.maximum(_context_plus_draft_grid(x), cdiv_grid(x.w, x.ps)),
+        change="a later tightening seen in the engine's tests (not in 0.5.23)",
+        quirk="every page of req_to_token fits: no committed length the table holds can overflow it"),
+}
 
 
 def lockstep_full_to_swa(num_pages: int, page_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -54,14 +100,27 @@ class NpuBlockTables:
 
         A probe passes the batch size instead: whether a copy fails depends on widths only.
         """
-        width = NPU_BLOCK_TABLE_RULES[check_rule(rule)](geometry)
-        shape = (rows if rows is not None else geometry.max_bs, width)
+        return cls.of_width(RULES[rule].width(geometry), geometry.page_size,
+                            rows=rows if rows is not None else geometry.max_bs, hybrid_swa=hybrid_swa, device=device)
+
+    @classmethod
+    def of_width(cls, width: int, page_size: int, *, rows: int, hybrid_swa: bool = False,
+                 device: torch.device | str = "cpu") -> NpuBlockTables:
+        shape = (rows, width)
         swa = torch.zeros(shape, dtype=torch.int32, device=device) if hybrid_swa else None
-        return cls(torch.zeros(shape, dtype=torch.int32, device=device), swa, geometry.page_size)
+        return cls(torch.zeros(shape, dtype=torch.int32, device=device), swa, page_size)
 
     @property
     def width_pages(self) -> int:
         return self.block_tables.shape[1]
+
+    @property
+    def read_table(self) -> torch.Tensor:
+        return self.block_tables
+
+    @property
+    def entry_tokens(self) -> int:
+        return self.page_size
 
     def replay(
         self,
@@ -106,3 +165,62 @@ def _fill(table: torch.Tensor, bs: int, num_pages: int, src: torch.Tensor) -> No
     table[:bs, :num_pages].copy_(src)  # raises when the clamped destination is narrower
     table[:bs, num_pages:] = PAD_PAGE
     table[bs:, :] = PAD_PAGE
+
+
+# ---- the backend --------------------------------------------------------------------------------
+
+QWQ_SEED = Seed(
+    name="npu-block-table",
+    story="QwQ-32B on Ascend, ctx 32768, NGRAM D=16, ps=128: block_tables sized without the drafts",
+    before={
+        "component": "npu-block-table", "rule": "context", "context_len": 32768, "page_size": 128,
+        "draft_tokens": 16, "spec_topk": 10, "draft_has_kv": False, "seq_lens": [32753],
+        "mode": "target-verify",
+    },
+    after={
+        "component": "npu-block-table", "rule": "context-plus-draft", "context_len": 32768,
+        "page_size": 128, "draft_tokens": 16, "spec_topk": 10, "draft_has_kv": False,
+        "seq_lens": [32753], "mode": "target-verify",
+    },
+    expected_error="The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1",
+)
+
+
+class AscendBlockTables(TableBackend):
+    name = "sglang-ascend-block-tables"
+    aliases = ("npu-block-table",)
+    engine = "sglang"
+    device_family = "ascend-npu"
+    buffer_name = "block_tables"
+    unit = "pages"
+    pad_seq_len = SEQ_FILL
+    short = "npu"
+    rules = RULES
+    case_fields = frozenset({"hybrid_swa"})
+    on_overflow = "shape-error: the replay's copy_ of cdiv(max_len, ps) pages into a narrower table raises"
+    in_defaults = True
+    seeds = (QWQ_SEED,)
+
+    def allocate(self, geometry: ServingGeometry, width: int, *, rows: int, case: TableCase,
+                 device: torch.device | str) -> NpuBlockTables:
+        return NpuBlockTables.of_width(width, geometry.page_size, rows=rows, hybrid_swa=case.hybrid_swa, device=device)
+
+    def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:
+        assert isinstance(buffers, NpuBlockTables)
+        g = case.geometry
+        full_to_swa = None
+        if buffers.block_tables_swa is not None:  # the SWA pool mirrors the full pool page for page
+            full_to_swa = lockstep_full_to_swa(num_slots // g.page_size, g.page_size, req_to_token.device)
+        buffers.replay(req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens, step_id=case.step_id,
+                       full_to_swa=full_to_swa)
+
+    def buffer_key(self, case: TableCase) -> tuple[object, ...]:
+        return (case.hybrid_swa,)
+
+    def table_bytes(self, geometry: ServingGeometry, width: int, mode: Mode, *, hybrid_swa: bool = False) -> int:
+        """``block_tables`` (max_bs, width pages) int32, twice for hybrid SWA models."""
+        return (2 if hybrid_swa else 1) * super().table_bytes(geometry, width, mode)
+
+
+BACKEND = AscendBlockTables()

@@ -12,27 +12,49 @@ nothing, the table is silently truncated, and a kernel reads past the row.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from workbench.backends.rules import DSA_PAGE_TABLE_RULES, check_rule
+from workbench.backends.base import INT32_BYTES, Buffers, Grid, IntArray, Seed, SizingRule, TableBackend
+from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
+SEQ_FILL = 1  # the seq_len of a padded graph row on this backend
 
-class Replay(str, enum.Enum):
-    DYNAMIC = "dynamic"  # Lk = the step's reads (in force at both seed fixes)
-    STATIC = "static"  # Lk = B in every mode (a later engine version)
 
-    @classmethod
-    def parse(cls, value: str | Replay) -> Replay:
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(r.value for r in cls)
-            raise ValueError(f"replay: {value!r} is not one of {allowed}") from None
+# ---- sizing rules (tokens) ------------------------------------------------------------------------
+
+
+def dsa_context(g: ServingGeometry) -> int:
+    """The original DSA backend: ``ctx`` tokens."""
+    return g.context_len
+
+
+def dsa_context_plus_draft(g: ServingGeometry) -> int:
+    """The first DSA fix: ``ctx + D`` tokens (blind to the table's +4 slack and to overshoot)."""
+    return g.context_len + g.draft_tokens
+
+
+def dsa_req_to_token(g: ServingGeometry) -> int:
+    """The second seed's fix: ``W = req_to_token.shape[1]`` tokens, as DeepSeek-V4 already did."""
+    return g.request_table_width
+
+
+RULES = {
+    "context": SizingRule(
+        "context", dsa_context, lambda x: x.ctx.copy(),
+        change="the original DSA backend", quirk="blind to the draft tokens and to overshoot"),
+    "context-plus-draft": SizingRule(
+        "context-plus-draft", dsa_context_plus_draft, lambda x: x.ctx + x.d,
+        change="the first DSA fix", quirk="blind to the request table's +4 slack: one token of overshoot fails"),
+    "req-to-token": SizingRule(
+        "req-to-token", dsa_req_to_token, lambda x: x.w.copy(),
+        change="the second seed's fix (in force in sglang 0.5.23)",
+        quirk="as wide as req_to_token, as the DeepSeek-V4 backend already was"),
+}
 
 
 def tokens_per_request(geometry: ServingGeometry, mode: Mode, accept_len: int = 1) -> int:
@@ -66,8 +88,10 @@ class DsaPageTable:
         The engine uses ``max_bs * tokens_per_request``; a probe passes what its batch needs,
         since whether a copy fails depends on widths only.
         """
-        width = DSA_PAGE_TABLE_RULES[check_rule(rule)](geometry)
-        ps = geometry.page_size
+        return cls.of_width(RULES[rule].width(geometry), geometry.page_size, rows=rows, device=device)
+
+    @classmethod
+    def of_width(cls, width: int, ps: int, *, rows: int, device: torch.device | str = "cpu") -> DsaPageTable:
         page_table = torch.zeros((rows, width), dtype=torch.int32, device=device)
         real = torch.zeros((rows, cdiv(width, ps)), dtype=torch.int32, device=device) if ps > 1 else None
         return cls(page_table, real, ps)
@@ -75,6 +99,14 @@ class DsaPageTable:
     @property
     def width_tokens(self) -> int:
         return self.page_table.shape[1]
+
+    @property
+    def read_table(self) -> torch.Tensor:
+        return self.page_table
+
+    @property
+    def entry_tokens(self) -> int:
+        return 1  # token-granular: one slot per entry
 
     def replay(
         self,
@@ -121,3 +153,105 @@ class DsaPageTable:
             real = src[:, 0 :: self.page_size] // self.page_size
             self.real_page_table[: real.shape[0], : real.shape[1]].copy_(real)
         return lk
+
+
+# ---- the backend --------------------------------------------------------------------------------
+
+GLM_SEED = Seed(
+    name="dsa-page-table",
+    story="GLM-5.2 EAGLE (5, 1, 6) on DSA, ctx 90000, ps=64: page_table narrower than req_to_token",
+    before={
+        "component": "dsa-page-table", "rule": "context-plus-draft", "context_len": 90000,
+        "page_size": 64, "draft_tokens": 6, "spec_steps": 5, "spec_topk": 1, "seq_lens": [90001],
+        "mode": "target-verify",
+    },
+    after={
+        "component": "dsa-page-table", "rule": "req-to-token", "context_len": 90000, "page_size": 64,
+        "draft_tokens": 6, "spec_steps": 5, "spec_topk": 1, "seq_lens": [90001],
+        "mode": "target-verify",
+    },
+    expected_error="The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1",
+)
+
+# Query tokens per request of the captured graph (max_num_tokens / max_bs, spec section 1).
+def graph_tokens_per_request(geometry: ServingGeometry, mode: Mode) -> int:
+    if mode is Mode.TARGET_VERIFY:
+        return geometry.draft_tokens
+    if mode is Mode.DRAFT_DECODE:
+        return geometry.spec_topk
+    if mode is Mode.DRAFT_EXTEND:
+        return geometry.spec_steps + 1
+    return 1
+
+
+class DsaPageTableBackend(TableBackend):
+    name = "sglang-dsa-page-table"
+    aliases = ("dsa-page-table",)
+    engine = "sglang"
+    device_family = "cuda"
+    buffer_name = "page_table"
+    unit = "tokens"
+    pad_seq_len = SEQ_FILL
+    short = "dsa"
+    rules = RULES
+    modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)
+    case_fields = frozenset({"replay"})
+    replays = tuple(r.value for r in Replay)
+    on_overflow = ("dynamic replay: shape-error (the copy_ of Lk columns); static replay: silent-overread "
+                   "(the table is truncated and the kernel reads past the row)")
+    in_defaults = True
+    seeds = (GLM_SEED,)
+
+    def lookahead(self, geometry: ServingGeometry, mode: Mode, step_id: int = 0) -> int:
+        return geometry.draft_tokens if mode is Mode.TARGET_VERIFY else 0
+
+    def lookahead_grid(self, grid: Grid) -> IntArray:
+        out: IntArray = np.where(grid.mode == 1, grid.d, 0)
+        return out
+
+    def mode_problem(self, mode: Mode) -> str | None:
+        if mode is Mode.DRAFT_DECODE:
+            return "draft-decode: the DSA replay has no such mode (decode, target-verify, draft-extend)"
+        return None
+
+    def probe_rows(self, case: TableCase, width: int) -> int:
+        """One query row per request, unless the buffer is one column wide.
+
+        The engine's verify graph has ``bs * D`` query rows, each a copy of its request's row. Rows
+        change neither whether the copy fails nor torch's message, except when the destination is
+        one column wide (torch then names the shapes, rows included): a 1M-token verify then moves
+        4 MB, not 4 MB * D.
+        """
+        return len(case.seq_lens) * self._query_rows(case, width)
+
+    def _query_rows(self, case: TableCase, width: int) -> int:
+        return tokens_per_request(case.geometry, case.mode, case.accept_len) if width <= 1 else 1
+
+    def read_lengths(self, case: TableCase, reads: Sequence[int]) -> list[int]:
+        per_request = self.probe_rows(case, self.width(case.geometry, case.rule)) // len(case.seq_lens)
+        return [r for r in reads for _ in range(per_request)]  # query rows as repeat_interleave lays them out
+
+    def allocate(self, geometry: ServingGeometry, width: int, *, rows: int, case: TableCase,
+                 device: torch.device | str) -> DsaPageTable:
+        return DsaPageTable.of_width(width, geometry.page_size, rows=rows, device=device)
+
+    def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:
+        assert isinstance(buffers, DsaPageTable)
+        if query_rows is None and buffers.page_table.shape[0] < len(rows) * tokens_per_request(
+                case.geometry, case.mode, case.accept_len):
+            query_rows = buffers.page_table.shape[0] // len(rows)  # a probe's narrow buffers
+        buffers.replay(req_to_token, rows, seq_lens, case.mode, draft_tokens=case.geometry.draft_tokens,
+                       accept_len=case.accept_len, replay=case.replay, query_rows=query_rows)
+
+    def graph_rows(self, geometry: ServingGeometry, mode: Mode) -> int:
+        return geometry.max_bs * graph_tokens_per_request(geometry, mode)
+
+    def table_bytes(self, geometry: ServingGeometry, width: int, mode: Mode, *, hybrid_swa: bool = False) -> int:
+        """``page_table`` (max_bs * tokens_per_request, width tokens) int32, plus for ps > 1
+        ``real_page_table`` with the same rows and ``cdiv(width, ps)`` columns."""
+        columns = width + (cdiv(width, geometry.page_size) if geometry.page_size > 1 else 0)
+        return self.graph_rows(geometry, mode) * columns * INT32_BYTES
+
+
+BACKEND = DsaPageTableBackend()

@@ -26,18 +26,16 @@ from typing import IO
 import pandas as pd  # type: ignore[import-untyped]
 import torch
 
-from workbench import __version__
-from workbench.analysis.cases import TABLE_COMPONENTS
-from workbench.analysis.memory import ModelPreset, buffer_bytes, graph_tokens_per_request, load_presets
+from workbench import __version__, backends
+from workbench.analysis.cases import parse_table_case
+from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets
 from workbench.analysis.seeds import SEEDS
-from workbench.backends.rules import RULE_NAMES
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
-from workbench.backends.sglang_dsa_page_table import DsaPageTable, Replay
 from workbench.devices.device import DeviceInfo, device_info
 from workbench.devices.graph import CapturedRead, median_seconds
 from workbench.devices.isolation import isolated_probe
 from workbench.devices.measured_memory import allocate_full_size, measure_bytes
 from workbench.files import atomic_write_parquet
+from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.request_table import RequestTable
 
@@ -69,22 +67,26 @@ class Suite:
     timing: tuple[TimingCase, ...]
     repeats: int
     timeout_s: float = 120.0  # per isolated probe
+    components: tuple[str, ...] = backends.TABLE_COMPONENTS  # the tables measured in the memory section
 
 
-# GLM-5.2 as in the DSA seed (ctx 90000, EAGLE (5, 1, 6), ps 64) and QwQ-32B as in the NPU seed.
-_GLM_SEED = ServingGeometry(context_len=90000, page_size=64, draft_tokens=6, spec_steps=5, spec_topk=1, max_bs=16)
-_QWQ_SEED = ServingGeometry(context_len=32768, page_size=128, draft_tokens=16, spec_topk=10, draft_has_kv=False, max_bs=32)
+def seed_timing_cases(batch: int = 16) -> tuple[TimingCase, ...]:
+    """Every backend's seed geometries (GLM-5.2 as in the DSA seed, QwQ-32B as in the NPU seed, ...)
+    at a short committed length (4096) and a long one (eleven twelfths of the context)."""
+    cases = []
+    for backend in backends.table_backends():
+        for seed in backend.seeds:
+            step = parse_table_case(seed.before)
+            g = step.geometry.replace(max_bs=batch)
+            for seq_len in sorted({min(4096, g.context_len // 2), g.context_len * 11 // 12}):
+                cases.append(TimingCase(name=f"{seed.name}-seed", component=backend.label, geometry=g, seq_len=seq_len,
+                                        batch=batch, mode=step.mode))
+    return tuple(cases)
 
 
 def full_suite(repeats: int = 20) -> Suite:
     """The committed suite: every preset of data/presets.json, the seed geometries short and long."""
-    timing = (
-        TimingCase(name="glm-5.2-seed", component="dsa-page-table", geometry=_GLM_SEED, seq_len=4096, batch=16),
-        TimingCase(name="glm-5.2-seed", component="dsa-page-table", geometry=_GLM_SEED, seq_len=60000, batch=16),
-        TimingCase(name="qwq-32b-seed", component="npu-block-table", geometry=_QWQ_SEED, seq_len=4096, batch=32),
-        TimingCase(name="qwq-32b-seed", component="npu-block-table", geometry=_QWQ_SEED, seq_len=30000, batch=32),
-    )
-    return Suite(presets=tuple(load_presets()), timing=timing, repeats=repeats)
+    return Suite(presets=tuple(load_presets()), timing=seed_timing_cases(), repeats=repeats)
 
 
 def quick_suite(repeats: int = 3) -> Suite:
@@ -94,11 +96,11 @@ def quick_suite(repeats: int = 3) -> Suite:
         qk_rope_head_dim=64, kv_dtype_bytes=2, page_size=64, draft_tokens=6, spec_steps=5, max_bs=4,
     )
     geometry = small.geometry
-    timing = (
-        TimingCase(name="small-dsa", component="dsa-page-table", geometry=geometry, seq_len=1000, batch=2),
-        TimingCase(name="small-npu", component="npu-block-table", geometry=geometry, seq_len=1000, batch=2),
-    )
-    return Suite(presets=(small,), timing=timing, repeats=repeats)
+    # The spec's two tables only: the quick suite is the full one's shape in seconds, not its breadth.
+    components = backends.DEFAULT_COMPONENTS
+    timing = tuple(TimingCase(name=f"small-{backends.backend_of(c).short}", component=c, geometry=geometry, seq_len=1000,
+                              batch=2) for c in components)
+    return Suite(presets=(small,), timing=timing, repeats=repeats, components=components)
 
 
 # ---- sections ----------------------------------------------------------------------------------
@@ -119,13 +121,14 @@ def seed_rows(device: str, timeout_s: float) -> list[Row]:
     return rows
 
 
-def memory_rows(presets: Iterable[ModelPreset], device: str) -> list[Row]:
+def memory_rows(presets: Iterable[ModelPreset], device: str,
+                components: Sequence[str] = backends.TABLE_COMPONENTS) -> list[Row]:
     rows: list[Row] = []
     for preset in presets:
         g = preset.geometry
         mode = Mode.TARGET_VERIFY if g.speculative else Mode.DECODE  # the graph with the most rows
-        for component in TABLE_COMPONENTS:
-            for rule in RULE_NAMES:
+        for component in components:
+            for rule in backends.backend_of(component).rules:
                 got = measure_bytes(functools.partial(allocate_full_size, component, g, rule, mode, device), device)
                 rows.append({
                     "section": "memory", "name": preset.name, "component": component, "rule": rule, "mode": mode.value,
@@ -139,8 +142,9 @@ def memory_rows(presets: Iterable[ModelPreset], device: str) -> list[Row]:
 def timing_rows(cases: Iterable[TimingCase], device: str, repeats: int) -> list[Row]:
     rows: list[Row] = []
     for case in cases:
-        replays = (Replay.DYNAMIC, Replay.STATIC) if case.component == "dsa-page-table" else (None,)
-        for rule in RULE_NAMES:
+        backend = backends.backend_of(case.component)
+        replays = tuple(Replay(r) for r in backend.replays) if "replay" in backend.case_fields else (None,)
+        for rule in backend.rules:
             for replay in replays:
                 rows.append(_time_one(case, rule, replay, device, repeats))
     return rows
@@ -149,27 +153,21 @@ def timing_rows(cases: Iterable[TimingCase], device: str, repeats: int) -> list[
 def _time_one(case: TimingCase, rule: str, replay: Replay | None, device: str, repeats: int) -> Row:
     """Median time of the metadata copy alone and of copy + replay, for one rule and replay."""
     g = case.geometry
-    reads = case.seq_len + g.lookahead(case.mode, 0)
+    backend = backends.backend_of(case.component)
+    reads = case.seq_len + backend.lookahead(g, case.mode, 0)
     table = RequestTable.with_requests([reads] * case.batch, g.request_table_width, g.page_size, device)
     rows = list(range(1, case.batch + 1))
     seq_lens = [case.seq_len] * case.batch
     num_slots = (table.allocator.num_pages + 1) * g.page_size
-    if case.component == "npu-block-table":
-        npu = NpuBlockTables.allocate(g, rule, rows=case.batch, device=device)
-        read = CapturedRead.capture(npu.block_tables, g.page_size, num_slots)
-        row_reads = [reads] * case.batch
+    step_case = TableCase(component=case.component, geometry=g, rule=rule, mode=case.mode,
+                          replay=replay or Replay.DYNAMIC)
+    buffers = backend.allocate(g, backend.width(g, rule), rows=backend.graph_rows(g.replace(max_bs=case.batch), case.mode),
+                               case=step_case, device=device)
+    read = CapturedRead.capture(buffers.read_table, buffers.entry_tokens, num_slots)
+    row_reads = [reads] * buffers.read_table.shape[0]  # a read per query row
 
-        def copy() -> None:
-            npu.replay(table.req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens)
-    else:
-        per_request = graph_tokens_per_request(g, case.mode)
-        dsa = DsaPageTable.allocate(g, rule, rows=case.batch * per_request, device=device)
-        read = CapturedRead.capture(dsa.page_table, 1, num_slots)
-        row_reads = [reads] * (case.batch * per_request)
-
-        def copy() -> None:
-            dsa.replay(table.req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens,
-                       replay=replay or Replay.DYNAMIC)
+    def copy() -> None:
+        backend.replay(buffers, table.req_to_token, rows, seq_lens, step_case, num_slots=num_slots)
 
     def step() -> None:
         copy()
@@ -197,7 +195,7 @@ def run_hardware_check(device: str, suite: Suite, progress: IO[str] | None = Non
     info = device_info(device)
     sections: Sequence[tuple[str, Callable[[], list[Row]]]] = (
         ("seed", lambda: seed_rows(device, suite.timeout_s)),
-        ("memory", lambda: memory_rows(suite.presets, device)),
+        ("memory", lambda: memory_rows(suite.presets, device, suite.components)),
         ("replay-cost", lambda: timing_rows(suite.timing, device, suite.repeats)),
     )
     rows: list[Row] = []

@@ -175,8 +175,8 @@ def needs_isolation(case: Mapping[str, object], device: str) -> bool:
     """Whether a probe of ``case`` can poison ``device``: an allocator gather off the CPU.
 
     The table probes' reads are masked by the sequence lengths and cannot leave their tensors;
-    the allocator's gathers index the free list unmasked (npu-legacy on an exactly full pool,
-    cuda-masked on a shortage).
+    the allocator's gathers index the free list unmasked (the NPU's legacy gather on an exactly
+    full pool, the CUDA kernel on a shortage).
     """
     return not device.startswith("cpu") and case.get("component") == "allocator"
 

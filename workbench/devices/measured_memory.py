@@ -13,24 +13,16 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.analysis.memory import graph_tokens_per_request
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
-from workbench.backends.sglang_dsa_page_table import DsaPageTable
+from workbench import backends
 from workbench.devices.device import accelerator_module, allocated_bytes, synchronize
 from workbench.model.geometry import Mode, ServingGeometry
 
 
 def allocate_full_size(component: str, geometry: ServingGeometry, rule: str, mode: Mode, device: str) -> list[torch.Tensor]:
-    """The buffers ``init_cuda_graph_state`` makes, with the engine's row counts.
-
-    NPU: ``block_tables`` (max_bs, B pages). DSA: ``page_table`` (max_bs * tokens per request of
-    the captured graph, B tokens) and, for ps > 1, ``real_page_table`` with cdiv(B, ps) columns.
-    """
-    if component == "npu-block-table":
-        return [NpuBlockTables.allocate(geometry, rule, device=device).block_tables]
-    rows = geometry.max_bs * graph_tokens_per_request(geometry, mode)
-    buffers = DsaPageTable.allocate(geometry, rule, rows=rows, device=device)
-    return [buffers.page_table] + ([buffers.real_page_table] if buffers.real_page_table is not None else [])
+    """The buffers ``init_cuda_graph_state`` makes, with the engine's row counts (the backend's
+    ``graph_rows``: e.g. ``max_bs`` for the NPU block tables, ``max_bs * D`` for a DSA verify)."""
+    backend = backends.backend_of(component)
+    return backend.full_size(geometry, backend.width(geometry, rule), mode, device=device)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ RESERVED_PAGE = 0  # padded tokens write here; never on the free list
 
 
 class Gather(str, enum.Enum):
-    """How ``alloc_decode`` reads new pages off the free list."""
+    """How ``alloc_decode`` reads new pages off the free list; each value's behaviour is declared
+    by the backend module that ships it (``workbench.backends.gather_of``)."""
 
     NPU_LEGACY = "npu-legacy"  # gathers for every row: out of bounds on an exactly full pool
     NPU_CLAMPED = "npu-clamped"  # the fix: clamp the index of rows that open no page
@@ -74,7 +75,7 @@ class PagedAllocator:
         self.handed_slots = torch.zeros((num_pages + 1) * page_size, dtype=torch.bool, device=self.device)
         self.double_handouts = 0
         self.double_frees = 0
-        # Reads past the free list that the engine would not notice (cuda-masked on a shortage).
+        # Reads past the free list that the engine would not notice (the CUDA kernel on a shortage).
         self.overreads: list[str] = []
 
     @classmethod
@@ -106,7 +107,8 @@ class PagedAllocator:
             self.free_pages = torch.sort(torch.cat((self.free_pages, self.release_pages))).values
             self.release_pages = self.release_pages[:0]
 
-    def _ensure_pages(self, num_new_pages: int) -> bool:
+    def ensure_pages(self, num_new_pages: int) -> bool:
+        """Whether ``num_new_pages`` are free, merging parked pages first when they are not."""
         if num_new_pages > len(self.free_pages):
             self.merge_and_sort_free()
         return num_new_pages <= len(self.free_pages)
@@ -133,7 +135,7 @@ class PagedAllocator:
         # (bs,) pages each request opens; exclusive prefix sum gives its offset in free_pages.
         new_pages = (seq + ps - 1) // ps - (prefix + ps - 1) // ps
         num_new_pages = int(new_pages.sum())
-        if not self._ensure_pages(num_new_pages):
+        if not self.ensure_pages(num_new_pages):
             return None
         counts = seq - prefix
         req = torch.repeat_interleave(torch.arange(len(seq), device=self.device), counts)
@@ -162,8 +164,9 @@ class PagedAllocator:
         A row opens a page iff ``seq_lens % ps == 1`` (its new token is the first of a page); other
         rows take ``last_loc + 1``. Worked example (the seed vector), ps = 4,
         seq_lens [5, 10, 7], last_loc [11, 20, 29], free_pages [11]: need [1, 0, 0],
-        start [0, 1, 1]. npu-legacy gathers ``free_pages[[0, 1, 1]]`` and raises IndexError;
-        npu-clamped clamps start to [0, 0, 0] and returns [44, 21, 30].
+        start [0, 1, 1]. The legacy NPU gather reads ``free_pages[[0, 1, 1]]`` and raises IndexError;
+        the clamped one clamps start to [0, 0, 0] and returns [44, 21, 30]. Each gather's code is in
+        its backend's module (``workbench.backends.gather_of``).
         """
         gather = Gather.parse(gather)
         seq = _as_long(seq_lens, self.device)
@@ -173,43 +176,14 @@ class PagedAllocator:
         need = (seq % ps == 1 % ps).long()  # (bs,) 0/1
         start = torch.cumsum(need, 0) - need  # exclusive prefix sum, every row
         num_new_pages = int((seq.cpu() % ps == 1 % ps).sum())  # on the CPU mirror, as the engine
-        if gather is Gather.CUDA_MASKED:
-            # The engine merges parked pages when the batch *might* need more than is free (it
-            # has not counted the page-opening rows yet), runs the kernel, and only then checks.
-            if len(seq) > len(self.free_pages):
-                self.merge_and_sort_free()
-            out = self._cuda_masked_gather(need, start, last)
-            if num_new_pages > len(self.free_pages):
-                return None  # the kernel has already read past the free list
-        else:
-            if not self._ensure_pages(num_new_pages):
-                return None
-            if num_new_pages == 0:
-                out = last + 1
-            else:
-                if gather is Gather.NPU_CLAMPED:
-                    start = start.clamp(max=num_new_pages - 1)
-                # Every row gathers; arithmetic masks the rows that open no page.
-                out = (last + 1) * (1 - need) + self.free_pages[start] * ps * need
+        from workbench.backends import gather_of  # the backends sit above the model; resolved per call
+
+        out = gather_of(gather.value).decode(self, need, start, last, num_new_pages, len(seq))
+        if out is None:
+            return None
         self._take_pages(num_new_pages)
         self._hand_out(out)
         return out.int()
-
-    def _cuda_masked_gather(self, need: torch.Tensor, start: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
-        """One program per row; only page-opening rows load ``free_pages[start]``, unbounded."""
-        opening = need.bool()
-        index = start[opening]
-        num_free = len(self.free_pages)
-        past = index >= num_free
-        if bool(past.any()):
-            self.overreads.append(
-                f"alloc_decode read free_pages[{int(index[past].max())}] past its {num_free} "
-                f"entries before its capacity check returned None"
-            )
-        loaded = self.free_pages[index.clamp(max=max(num_free - 1, 0))] if num_free else index
-        out = last + 1
-        out[opening] = loaded * self.page_size
-        return out
 
     def _take_pages(self, num_new_pages: int) -> None:
         taken = self.free_pages[:num_new_pages]

@@ -21,7 +21,7 @@ from workbench.analysis.cases import AllocatorCase, Case, TableCase
 from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
 from workbench.analysis.probe import probe
 from workbench.analysis.sweep import allocator_exact_fit_sweep, request_trace
-from workbench.backends.rules import RULE_NAMES
+from workbench.backends import RULE_NAMES
 from workbench.model.allocator import Gather
 from workbench.model.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult

@@ -2,10 +2,11 @@
 
 A boundary says whether one step can fail; a run says how often a workload gets there, and which
 request gets there first. Every step uses the core's real objects: one ``PagedAllocator``, one
-``RequestTable`` (``max_bs + 1`` rows, row 0 the dummy), and graph buffers of both backends
-captured ONCE for ``max_bs`` (``NpuBlockTables`` with ``max_bs`` rows, ``DsaPageTable`` with
-``max_bs * tokens_per_request`` rows) and replayed every step with the batch padded to its capture
-bucket (1, 2, 4, ... max_bs; padded rows read pool row 0 with seq_len 0 on the NPU, 1 on DSA).
+``RequestTable`` (``max_bs + 1`` rows, row 0 the dummy), and the graph buffers of every backend the
+run names (``SimConfig.components``; the NPU block tables and the DSA page table by default)
+captured ONCE for ``max_bs`` (each backend's ``graph_rows``: ``max_bs`` rows, or ``max_bs * D`` for
+DSA's verify) and replayed every step with the batch padded to its capture bucket (1, 2, 4, ...
+max_bs; padded rows read pool row 0 with the backend's ``pad_seq_len``: 0 on the NPU, 1 on DSA).
 
 One scheduler iteration::
 
@@ -16,7 +17,7 @@ One scheduler iteration::
               otherwise the newest request is retracted (pages freed, re-queued in front)
     allocate  decode (no speculation): ``alloc_decode(seq_lens = s + 1, last_loc)`` under the gather
               verify: ``alloc_extend(prefix = allocated, seq = s + D)`` for the D draft slots
-    replay    both backends' tables, classified as a probe classifies them (``classify_replay``)
+    replay    every backend's table, classified as a probe classifies them (``classify_replay``)
     commit    decode: s += 1; verify: s += k, k from the acceptance model, clipped to the output
               length and to ``ctx - 1 + overshoot``
     retire    at the output length, or at the scheduler's cap ``ctx - 1``; with ``overshoot > 0``
@@ -42,11 +43,12 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench import backends
 from workbench.analysis.probe import classify_replay
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables
-from workbench.backends.sglang_dsa_page_table import DsaPageTable, tokens_per_request
+from workbench.backends.base import Buffers, TableBackend
 from workbench.devices.device import one_torch_thread
-from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.allocator import PagedAllocator
+from workbench.model.cases import TableCase
 from workbench.model.geometry import cdiv
 from workbench.model.outcome import Outcome
 from workbench.model.request_table import DUMMY_ROW, RequestTable
@@ -57,8 +59,19 @@ from workbench.sim.workload import (
     check_requests,
 )
 
-NPU_SEQ_FILL = 0  # seq_len of a padded graph row on the NPU backend (spec section 1)
-DSA_SEQ_FILL = 1  # ... and on DSA; neither can raise max(seq_lens_cpu)
+
+@dataclass(frozen=True)
+class TableStep:
+    """One backend's table in one step: its width and what the replay came to."""
+
+    short: str  # the backend's column prefix ("npu", "dsa")
+    unit: str  # "pages" or "tokens"
+    width: int
+    outcome: str
+
+    def columns(self) -> dict[str, object]:
+        """The record's flat columns for this table: ``npu_width_pages``, ``npu_outcome``."""
+        return {f"{self.short}_width_{self.unit}": self.width, f"{self.short}_outcome": self.outcome}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +86,6 @@ class StepRecord:
     seq_lens: tuple[int, ...]  # what the replay got: s (verify) or s + 1 (decode)
     reads: tuple[int, ...]  # tokens each request's kernels read
     accepted: tuple[int, ...]  # tokens committed by the step
-    npu_width_pages: int
-    dsa_width_tokens: int
     new_pages: int
     free_pages_before: int
     free_pages_after: int
@@ -83,8 +94,7 @@ class StepRecord:
     last_loc: tuple[int, ...]  # decode only: the allocator call's last_loc
     free_list_before: tuple[int, ...]  # decode only: the free list the gather read
     alloc_outcome: str
-    npu_outcome: str
-    dsa_outcome: str
+    tables: tuple[TableStep, ...]  # every backend's table, in the run's component order
     outcome: str  # the first failure of the step, in engine order, or ok
     failing_component: str | None
     failing_request: int | None
@@ -92,6 +102,14 @@ class StepRecord:
     admitted: tuple[int, ...]
     retracted: tuple[int, ...]
     retired: tuple[int, ...]
+
+    def __getattr__(self, name: str) -> object:
+        """A table's flat column by name (``record.npu_outcome``, ``record.dsa_width_tokens``)."""
+        for table in self.__dict__.get("tables", ()):
+            columns = table.columns()
+            if name in columns:
+                return columns[name]
+        raise AttributeError(name)
 
 
 @dataclass(frozen=True)
@@ -158,8 +176,14 @@ class _Engine:
         self.alloc = PagedAllocator(g.page_size, config.pool_pages, device=device)
         self.table = RequestTable(g.max_bs + 1, g.request_table_width, self.alloc)
         # Captured once for max_bs, as init_cuda_graph_state does.
-        self.npu = NpuBlockTables.allocate(g, config.rule, device=device)
-        self.dsa = DsaPageTable.allocate(g, config.rule, rows=g.max_bs * tokens_per_request(g, config.mode), device=device)
+        self.step_case = TableCase(component="", geometry=g, rule=config.rule, mode=config.mode, replay=config.replay)
+        self.graphs: list[tuple[str, TableBackend, Buffers]] = []
+        for name in config.components:
+            backend = backends.backend_of(name)
+            width = backend.width(g, config.rule)
+            buffers = backend.allocate(g, width, rows=backend.graph_rows(g, config.mode), case=self.step_case,
+                                       device=device)
+            self.graphs.append((name, backend, buffers))
         self.buckets = capture_buckets(g.max_bs)
         self.waiting: deque[tuple[Request, int]] = deque((r, r.prompt_len) for r in requests)
         self.running: list[_Live] = []
@@ -227,7 +251,10 @@ class _Engine:
         except IndexError as err:
             result = _Alloc(Outcome.INDEX_ERROR, str(err), (), exact_fit_victim(seq, self.g.page_size))
             # The NPU stops here (an AI Core error); to run on, take what the fixed gather takes.
-            out = self.alloc.alloc_decode(seq, last, Gather.NPU_CLAMPED)
+            fixed = backends.gather_of(self.config.gather.value).fixed_by
+            if fixed is None:
+                raise
+            out = self.alloc.alloc_decode(seq, last, fixed)
         if len(self.alloc.overreads) > overreads:
             result = _Alloc(Outcome.SILENT_OVERREAD, self.alloc.overreads[-1], ())
         if out is None:
@@ -253,22 +280,20 @@ class _Engine:
             offset += s - p
         return _Alloc(Outcome.OK, None, tuple(out.tolist()))
 
-    def replay(self, batch: list[_Live], seq_lens: list[int], reads: list[int]) -> tuple[tuple[Outcome, str | None], ...]:
-        """Both backends' captured tables, the batch padded to its bucket; (outcome, error) each."""
+    def replay(self, batch: list[_Live], seq_lens: list[int], reads: list[int]) -> list[tuple[Outcome, str | None]]:
+        """Every backend's captured table, the batch padded to its bucket; (outcome, error) each."""
         pad = next(b for b in self.buckets if b >= len(batch)) - len(batch)
         rows = [x.row for x in batch] + [DUMMY_ROW] * pad
-        mode, d, r2t = self.config.mode, self.g.draft_tokens, self.table.req_to_token
-        ps = self.g.page_size
+        r2t, num_slots = self.table.req_to_token, (self.alloc.num_pages + 1) * self.g.page_size
+        results = []
+        for _, backend, buffers in self.graphs:
+            def replay(backend: TableBackend = backend, buffers: Buffers = buffers) -> int:
+                padded = seq_lens + [backend.pad_seq_len] * pad  # padding never raises max(seq_lens)
+                backend.replay(buffers, r2t, rows, padded, self.step_case, num_slots=num_slots)
+                return backend.capacity_tokens(self.g, buffers.read_table.shape[1])
 
-        def npu() -> int:
-            self.npu.replay(r2t, rows, seq_lens + [NPU_SEQ_FILL] * pad, mode, draft_tokens=d)
-            return self.npu.width_pages * ps
-
-        def dsa() -> int:
-            self.dsa.replay(r2t, rows, seq_lens + [DSA_SEQ_FILL] * pad, mode, draft_tokens=d, replay=self.config.dsa_replay)
-            return self.dsa.width_tokens
-
-        return classify_replay("npu-block-table", npu, reads), classify_replay("dsa-page-table", dsa, reads)
+            results.append(classify_replay(backend, replay, reads))
+        return results
 
     def commit(self, batch: list[_Live]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Accept tokens, then retire finished requests; returns (accepted, retired ids)."""
@@ -362,9 +387,9 @@ def _step(engine: _Engine, step: int, admitted: tuple[int, ...], retracted: tupl
     outcomes: list[tuple[str, Outcome, str | None, int | None]] = [
         ("allocator", alloc.outcome, alloc.error, alloc.failing_row)]
     if alloc.outcome is not Outcome.OUT_OF_MEMORY:
-        npu, dsa = engine.replay(batch, seq_lens, reads)
         widest = max(range(len(batch)), key=lambda i: reads[i])  # the request that sets max_len
-        outcomes += [("npu-block-table", *npu, widest), ("dsa-page-table", *dsa, widest)]
+        replayed = engine.replay(batch, seq_lens, reads)
+        outcomes += [(name, *result, widest) for (name, _, _), result in zip(engine.graphs, replayed)]
     first = next((o for o in outcomes if o[1] is not Outcome.OK), None)
     accepted, retired = ((), ()) if alloc.outcome is Outcome.OUT_OF_MEMORY else engine.commit(batch)
     by_name = {name: outcome.value for name, outcome, _, _ in outcomes}
@@ -373,11 +398,11 @@ def _step(engine: _Engine, step: int, admitted: tuple[int, ...], retracted: tupl
         bucket=next(b for b in engine.buckets if b >= len(batch)),
         req_ids=tuple(x.req.req_id for x in batch), committed=tuple(committed), seq_lens=tuple(seq_lens),
         reads=tuple(reads), accepted=accepted,
-        npu_width_pages=engine.npu.width_pages, dsa_width_tokens=engine.dsa.width_tokens,
         new_pages=new_pages, free_pages_before=free_before, free_pages_after=len(engine.alloc.free_pages),
         exact_fit=0 < new_pages == free_before, out_cache_loc=alloc.slots, last_loc=last_loc,
         free_list_before=free_list, alloc_outcome=by_name["allocator"],
-        npu_outcome=by_name.get("npu-block-table", "not-run"), dsa_outcome=by_name.get("dsa-page-table", "not-run"),
+        tables=tuple(TableStep(backend.short, backend.unit, buffers.read_table.shape[1], by_name.get(name, "not-run"))
+                     for name, backend, buffers in engine.graphs),
         outcome=first[1].value if first else Outcome.OK.value,
         failing_component=first[0] if first else None,
         failing_request=batch[first[3]].req.req_id if first and first[3] is not None else None,

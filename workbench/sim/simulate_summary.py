@@ -14,11 +14,12 @@ from typing import IO
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.backends.rules import check_rule
+from workbench.backends import check_rule_name as check_rule
 from workbench.files import atomic_write_parquet, atomic_write_text
 from workbench.model.allocator import Gather
-from workbench.sim.simulate import SimRun, simulate
+from workbench.sim.simulate import SimRun, StepRecord, simulate
 from workbench.sim.workload import (
+    FIXED_GATHER,
     SCENARIOS,
     SimConfig,
     Simulation,
@@ -36,8 +37,21 @@ Progress = Callable[[Sequence[Job]], Iterable[Job]]
 
 def records_frame(run: SimRun) -> pd.DataFrame:
     """One row per step; tuple fields become lists."""
-    rows = [{k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(r).items()} for r in run.records]
+    rows = [_flat(r) for r in run.records]
     return pd.DataFrame(rows)
+
+
+def _flat(record: StepRecord) -> dict[str, object]:
+    """A record's columns: tuple fields as lists, each table's width and outcome as its own columns."""
+    row: dict[str, object] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name == "tables":
+            for table in value:
+                row.update(table.columns())
+        else:
+            row[f.name] = list(value) if isinstance(value, tuple) else value
+    return row
 
 
 def requests_frame(run: SimRun) -> pd.DataFrame:
@@ -141,7 +155,7 @@ class Exploration:
 
 
 def explore(
-    scenario: str = "qwq", *, rule: str = "context", gather: str = "npu-clamped", seed: int = 0,
+    scenario: str = "qwq", *, rule: str = "context", gather: str = FIXED_GATHER.value, seed: int = 0,
     changes: dict[str, float] | None = None, device: str = "cpu",
 ) -> Exploration:
     """One run of a named scenario with some sweep parameters changed (the notebook's widgets)."""

@@ -25,11 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.backends.rules import check_rule
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench import backends
+from workbench.analysis.seeds import EXACT_FIT
 from workbench.model.allocator import Gather
+from workbench.model.cases import Replay
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
+# The exact-fit seed's gathers: the legacy one before its fix and the fixed one after.
+LEGACY_GATHER = Gather(EXACT_FIT.before["gather"])
+FIXED_GATHER = Gather(EXACT_FIT.after["gather"])
 ACCEPTANCE_KINDS = ("fixed", "geometric", "trace")
 
 
@@ -192,19 +196,23 @@ class SimConfig:
 
     geometry: ServingGeometry
     rule: str = "req-to-token"
-    gather: Gather = Gather.NPU_CLAMPED
+    gather: Gather = FIXED_GATHER
     num_pages: int | None = None  # KV pool pages; None: max_bs requests of the full table width
     conservativeness: float = 1.0
     overshoot: int = 0
     acceptance: Acceptance = Acceptance()
-    dsa_replay: Replay = Replay.DYNAMIC
+    replay: Replay = Replay.DYNAMIC  # for the backends that have a static replay (DSA)
+    components: tuple[str, ...] = backends.DEFAULT_COMPONENTS  # the tables each step replays
     stop_on_failure: bool = True
     max_steps: int = 20_000
 
     def __post_init__(self) -> None:
-        check_rule(self.rule)
+        backends.check_rule_name(self.rule)
+        object.__setattr__(self, "components", tuple(self.components))
+        for name in self.components:
+            backends.check_rule(backends.backend_of(name), self.rule)
         object.__setattr__(self, "gather", Gather.parse(self.gather))
-        object.__setattr__(self, "dsa_replay", Replay.parse(self.dsa_replay))
+        object.__setattr__(self, "replay", Replay.parse(self.replay))
         if self.num_pages is not None and self.num_pages < 1:
             raise ValueError(f"num_pages: {self.num_pages} is out of range (allowed: 1 or more)")
         if not 0.0 <= self.conservativeness <= 10.0:
@@ -286,7 +294,7 @@ def qwq_scenario(
 
 
 def exact_fit_scenario(
-    *, gather: Gather | str = Gather.NPU_LEGACY, conservativeness: float = 0.0, num_pages: int = 28,
+    *, gather: Gather | str = LEGACY_GATHER, conservativeness: float = 0.0, num_pages: int = 28,
 ) -> tuple[SimConfig, Workload]:
     """A small pool (28 pages of 4 tokens), 8 short requests, 4 at a time, no speculation.
 
@@ -306,7 +314,7 @@ def exact_fit_scenario(
 def add_simulate_flags(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--rule", default="context,req-to-token", help="sizing rules, comma separated (default: context,req-to-token)")
-    add("--gather", default="npu-clamped", help="alloc_decode gathers, comma separated (default: npu-clamped)")
+    add("--gather", default=FIXED_GATHER.value, help=f"alloc_decode gathers, comma separated (default: {FIXED_GATHER.value})")
     add("--context-len", type=int, required=True)
     add("--page-size", type=int, default=1)
     add("--draft-tokens", type=int, default=0, help="D; 0 = no speculation (decode steps)")
@@ -349,12 +357,12 @@ def simulation_from_args(args: argparse.Namespace) -> Simulation:
         spec_steps=args.spec_steps, spec_topk=args.spec_topk, draft_has_kv=args.draft_has_kv,
         max_bs=args.max_bs, width_gen=args.width_gen,
     )
-    rules = tuple(check_rule(r) for r in args.rule.split(","))
+    rules = tuple(backends.check_rule_name(r) for r in args.rule.split(","))
     gathers = tuple(Gather.parse(g) for g in args.gather.split(","))
     config = SimConfig(
         geometry=geometry, rule=rules[0], gather=gathers[0], num_pages=args.num_pages,
         conservativeness=args.conservativeness, overshoot=args.overshoot, acceptance=Acceptance.parse(args.acceptance),
-        dsa_replay=Replay.parse(args.replay), stop_on_failure=not args.continue_past_failure, max_steps=args.max_steps,
+        replay=Replay.parse(args.replay), stop_on_failure=not args.continue_past_failure, max_steps=args.max_steps,
     )
     trace = read_trace(args.trace) if args.trace else ()
     workload = Workload(num_requests=args.requests, prompt=LengthDist.parse(args.prompt_len),
