@@ -19,7 +19,7 @@ from workbench.analysis.cases import AllocatorCase, Case, TableCase
 from workbench.backends.base import TableBackend
 from workbench.devices.graph import GRAPH_PATH, NO_READ, choose_path
 from workbench.model.allocator import PagedAllocator, pages_needed_for_decode
-from workbench.model.outcome import Outcome, ProbeResult, invalid
+from workbench.model.outcome import Outcome, Overwrite, ProbeResult, invalid
 
 
 def probe(case: Case, device: torch.device | str = "cpu") -> ProbeResult:
@@ -82,26 +82,32 @@ def probe_table(
     read = kernel_read if kernel_read is not None else path == GRAPH_PATH
     buffer_width = backend.width(g, case.rule)
 
-    def replay() -> int:
+    def replay() -> Replayed:
         return _replay(backend, case, buffer_width, table, reads, device, path, read)
 
     outcome, error = classify_replay(backend, replay, reads)
     return _result(case, outcome, error, buffer_width, max(reads), device, path if read else NO_READ)
 
 
-def classify_replay(backend: TableBackend, replay: Callable[[], int], reads: Sequence[int]) -> tuple[Outcome, str | None]:
-    """Run ``replay`` (it returns the tokens a buffer row covers) and classify it as a probe does.
+Replayed = tuple[int, Overwrite | None]  # tokens a buffer row covers; the first write past a row
+
+
+def classify_replay(backend: TableBackend, replay: Callable[[], Replayed], reads: Sequence[int]) -> tuple[Outcome, str | None]:
+    """Run ``replay`` and classify it as a probe does.
 
     A ``copy_`` that raises is a shape error, a gather past its tensor an index error; a replay
-    that succeeds while some request reads more tokens than its row covers is a silent over-read.
-    Shared with the serving-run simulation, so a run and a probe of the same state agree.
+    that wrote past a row's end is a silent overwrite; one that succeeds while some request reads
+    more tokens than its row covers is a silent over-read. Shared with the serving-run simulation,
+    so a run and a probe of the same state agree.
     """
     try:
-        capacity = replay()
+        capacity, overwrite = replay()
     except RuntimeError as err:
         return Outcome.SHAPE_ERROR, str(err)
     except IndexError as err:
         return Outcome.INDEX_ERROR, str(err)
+    if overwrite is not None:
+        return Outcome.SILENT_OVERWRITE, overwrite.message(backend.buffer_name)
     over = [(i, r) for i, r in enumerate(reads) if r > capacity]
     if over:
         row, r = over[0]
@@ -113,20 +119,20 @@ def classify_replay(backend: TableBackend, replay: Callable[[], int], reads: Seq
 def _replay(
     backend: TableBackend, case: TableCase, width: int, table: capture_cache.RequestSlots, reads: list[int],
     device: torch.device | str, path: str, read: bool,
-) -> int:
+) -> Replayed:
     """Replay into the captured buffers, then (if ``read``) the kernel-like read; returns the tokens
-    a buffer row covers."""
+    a buffer row covers and the first write past a row."""
     g = case.geometry
     bs = len(case.seq_lens)
     state = capture_cache.captured(backend, case, width, rows=backend.probe_rows(case, width),
                                    num_slots=table.num_slots, device=device, path=path)
-    backend.replay(state.buffers, table.req_to_token, range(1, bs + 1), list(case.seq_lens), case,
-                   num_slots=table.num_slots)  # the host-side copy_: a shape error is raised here
+    overwrite = backend.replay(state.buffers, table.req_to_token, range(1, bs + 1), list(case.seq_lens), case,
+                               num_slots=table.num_slots)  # the host-side copy_: a shape error is raised here
     if read:
         state.read().run(backend.read_lengths(case, reads))
     # A page-level table of cdiv(B, ps) pages covers more than B tokens, but a token-granular
     # backend copied only the first B from the request table: its capacity is its width.
-    return backend.capacity_tokens(g, width)
+    return backend.capacity_tokens(g, width), overwrite
 
 
 def _result(

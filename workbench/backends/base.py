@@ -25,6 +25,7 @@ import torch
 
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
+from workbench.model.outcome import Overwrite
 
 IntArray = npt.NDArray[np.int64]
 INT32_BYTES = 4  # every table the graphs keep is int32
@@ -172,11 +173,12 @@ class TableBackend(ABC):
     def replay(
         self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
         case: TableCase, *, num_slots: int, query_rows: int | None = None,
-    ) -> None:
+    ) -> Overwrite | None:
         """Fill the buffers for one step as the engine's replay does; raises what torch raises.
 
-        ``num_slots`` is the KV pool's size (maps of the whole pool are built from it);
-        ``query_rows`` overrides the query rows per request where a backend has several.
+        Returns the first write past a row's end (a backend whose builder writes a flat buffer or
+        an unbounded row), or None. ``num_slots`` is the KV pool's size (maps of the whole pool are
+        built from it); ``query_rows`` overrides the query rows per request where a backend has several.
         """
 
     def buffer_key(self, case: TableCase) -> tuple[object, ...]:

@@ -206,7 +206,7 @@ class AscendBlockTables(TableBackend):
         return NpuBlockTables.of_width(width, geometry.page_size, rows=rows, hybrid_swa=case.hybrid_swa, device=device)
 
     def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
-               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:  # never writes past a row
         assert isinstance(buffers, NpuBlockTables)
         g = case.geometry
         full_to_swa = None

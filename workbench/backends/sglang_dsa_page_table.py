@@ -236,7 +236,7 @@ class DsaPageTableBackend(TableBackend):
         return DsaPageTable.of_width(width, geometry.page_size, rows=rows, device=device)
 
     def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
-               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:  # never writes past a row
         assert isinstance(buffers, DsaPageTable)
         if query_rows is None and buffers.page_table.shape[0] < len(rows) * tokens_per_request(
                 case.geometry, case.mode, case.accept_len):

@@ -132,7 +132,7 @@ class Fa3PageTableBackend(TableBackend):
         return Fa3PageTable.of_width(width, geometry.page_size, rows=rows, device=device)
 
     def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
-               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> None:  # never writes past a row
         assert isinstance(buffers, Fa3PageTable)
         buffers.replay(req_to_token, rows, seq_lens, self.lookahead(case.geometry, case.mode, case.step_id))
 

@@ -11,6 +11,7 @@ class Outcome(str, enum.Enum):
     SHAPE_ERROR = "shape-error"  # a copy_ raised torch's broadcast error
     INDEX_ERROR = "index-error"  # a gather read past its tensor
     SILENT_OVERREAD = "silent-overread"  # nothing raised, but a kernel reads past a row or list
+    SILENT_OVERWRITE = "silent-overwrite"  # nothing raised, but a replay wrote past a row into the next one
     OUT_OF_MEMORY = "out-of-memory"  # the allocator returned None, as designed
     INVALID = "invalid"  # not a state the engine can be in
     CRASHED = "crashed"  # an isolated probe's child died or hung; the error says how (not an engine verdict)
@@ -21,7 +22,23 @@ class Outcome(str, enum.Enum):
         return self in FAILURES
 
 
-FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD})
+FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD, Outcome.SILENT_OVERWRITE})
+
+
+@dataclass(frozen=True)
+class Overwrite:
+    """A replay's writes past a row's end: request ``writer`` wrote ``entries`` entries into ``row``
+    (the next request's row, or past the buffer when ``row`` is None). Neighbouring requests'
+    metadata is corrupted: a failure of its own kind, distinct from a silent over-read."""
+
+    writer: int  # the request (0-based, batch order) whose row overflowed
+    row: int | None  # the buffer row that received the entries; None: past the buffer's end
+    entries: int
+
+    def message(self, buffer_name: str) -> str:
+        into = f"row {self.row}" if self.row is not None else "past the end of the buffer"
+        return (f"silent overwrite: request {self.writer} wrote {self.entries} entries past its {buffer_name} "
+                f"row into {into}")
 
 
 @dataclass(frozen=True)

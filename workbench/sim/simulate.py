@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench import backends
-from workbench.analysis.probe import classify_replay
+from workbench.analysis.probe import Replayed, classify_replay
 from workbench.backends.base import Buffers, TableBackend
 from workbench.devices.device import one_torch_thread
 from workbench.model.allocator import PagedAllocator
@@ -287,10 +287,10 @@ class _Engine:
         r2t, num_slots = self.table.req_to_token, (self.alloc.num_pages + 1) * self.g.page_size
         results = []
         for _, backend, buffers in self.graphs:
-            def replay(backend: TableBackend = backend, buffers: Buffers = buffers) -> int:
+            def replay(backend: TableBackend = backend, buffers: Buffers = buffers) -> Replayed:
                 padded = seq_lens + [backend.pad_seq_len] * pad  # padding never raises max(seq_lens)
-                backend.replay(buffers, r2t, rows, padded, self.step_case, num_slots=num_slots)
-                return backend.capacity_tokens(self.g, buffers.read_table.shape[1])
+                overwrite = backend.replay(buffers, r2t, rows, padded, self.step_case, num_slots=num_slots)
+                return backend.capacity_tokens(self.g, buffers.read_table.shape[1]), overwrite
 
             results.append(classify_replay(backend, replay, reads))
         return results
