@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
 _INT_FLAGS = ("context_len", "page_size", "draft_tokens", "step_id", "spec_steps", "spec_topk",
               "max_bs", "accept_len")
 _LIST_FLAGS = ("seq_lens", "last_loc", "free_pages", "parked_pages")
-_STR_FLAGS = ("rule", "mode", "width_gen", "replay", "gather")
+_STR_FLAGS = ("rule", "mode", "width_gen", "replay", "gather", "engine")
 
 
 def _int_list(text: str) -> list[int]:
@@ -114,6 +114,7 @@ def _add_sweep_flags(parser: argparse.ArgumentParser) -> None:
                             help="comma-separated (default: SweepGrid's)")
     for name in ("overshoot", "spec_steps", "spec_topk", "max_bs"):
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=int)
+    parser.add_argument("--engine", help="an engine version (sglang==0.5.23): its rules, width generation and replay")
     parser.add_argument("--measure-memory", dest="measure_memory", action="store_true", default=None,
                         help="allocate every configuration's buffers full size and record the bytes taken")
     parser.add_argument("--executor", default="auto", help="auto (default), serial, process or ray")
@@ -132,7 +133,7 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     from workbench.analysis.executors import Executor
     from workbench.analysis.sweep import SweepGrid, run_sweep
 
-    names = (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs", "measure_memory")
+    names = (*_GRID_LISTS, "overshoot", "spec_steps", "spec_topk", "max_bs", "measure_memory", "engine")
     changes = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
@@ -143,7 +144,7 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     out.write(f"{len(frame)} configurations, all confirmed: {bool(frame.confirmed.all())}; {len(failing)} fail\n")
     for (component, rule), group in frame.groupby(["component", "rule"]):
         fails = int(group.first_failing_seq_len.notna().sum())
-        out.write(f"  {component:<16} {rule:<19} {fails:>6} of {len(group):<6} fail\n")
+        out.write(f"  {component:<24} {rule:<19} {fails:>6} of {len(group):<6} fail\n")
     if grid.measure_memory and len(frame):
         over = frame.measured_bytes - frame.buffer_bytes
         out.write(f"measured - predicted bytes: min {int(over.min())}, max {int(over.max())} "

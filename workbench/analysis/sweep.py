@@ -37,9 +37,11 @@ from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import buffer_bytes, min_safe_bytes, rule_width
 from workbench.analysis.probe import table_case_problem
 from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
+from workbench.backends.base import TableBackend
 from workbench.devices import isolation
 from workbench.devices.device import one_torch_thread
 from workbench.devices.measured_memory import Measured, allocate_full_size, measure_bytes
+from workbench.engines.versions import engine_version
 from workbench.files import atomic_write_parquet
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay
@@ -105,6 +107,9 @@ class SweepGrid:
     draft_has_kv: bool = True
     max_bs: int = 16  # graph rows for the byte counts (the GLM-5.2 recipe); probes use one request
     measure_memory: bool = False  # also allocate every buffer full size and record the bytes it took
+    # An engine version (``sglang==0.5.23``): each component's rule, width generation and replay are
+    # the version's (data/engines.json) instead of the rules / width_gens / replays axes.
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # lists from widgets or JSON become tuples
@@ -124,6 +129,8 @@ class SweepGrid:
         _check_ints("spec_topk", (self.spec_topk,), 1, MAX_SPEC_TOPK)
         _check_ints("step_id", (self.step_id,), 0, self.spec_steps - 1)
         _check_ints("max_bs", (self.max_bs,), 1, MAX_GRAPH_BATCH)
+        if self.engine is not None:
+            engine_version(self.engine)  # raises naming the modelled versions
         for name in ("draft_has_kv", "measure_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: {getattr(self, name)!r} is not a boolean (allowed: true, false)")
@@ -137,20 +144,32 @@ class SweepGrid:
 # ---- configurations -----------------------------------------------------------------------------
 
 
+def _axes(grid: SweepGrid, backend: TableBackend) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The rules, width generations and replays swept for ``backend``: the grid's, or its engine's."""
+    rules = tuple(r for r in grid.rules if r in backend.rules)
+    gens, replays = grid.width_gens, tuple(r for r in grid.replays if r in backend.replays) or backend.replays[:1]
+    if grid.engine is not None:
+        fields = engine_version(grid.engine).case_fields(backend.name)
+        rules = (str(fields["rule"]),) if "rule" in fields else rules
+        gens = (str(fields["width_gen"]),) if "width_gen" in fields else gens
+        replays = (str(fields["replay"]),) if "replay" in fields else replays
+    return rules, gens, replays
+
+
 def _candidates(grid: SweepGrid) -> Iterator[TableCase]:
     for component in grid.components:
         backend = backends.backend_of(component)
-        replays = tuple(r for r in grid.replays if r in backend.replays) or backend.replays[:1]
+        rules, width_gens, replays = _axes(grid, backend)
         for ctx in grid.context_lens:
             for ps in grid.page_sizes:
                 for d in grid.draft_tokens:
-                    for gen in grid.width_gens:
+                    for gen in width_gens:
                         geometry = ServingGeometry(
                             context_len=ctx, page_size=ps, draft_tokens=d, spec_steps=grid.spec_steps,
                             spec_topk=grid.spec_topk, draft_has_kv=grid.draft_has_kv, max_bs=grid.max_bs,
                             width_gen=gen,
                         )
-                        for rule in (r for r in grid.rules if r in backend.rules):
+                        for rule in rules:
                             for mode in grid.modes:
                                 for replay in replays:
                                     yield TableCase(
