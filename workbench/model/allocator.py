@@ -14,17 +14,17 @@ mask) so that ``check_integrity`` can prove that no page leaks and no slot is ha
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 
 import torch
 
+from workbench.model.choice import Choice
 from workbench.model.geometry import cdiv
 
 RESERVED_PAGE = 0  # padded tokens write here; never on the free list
 
 
-class Gather(str, enum.Enum):
+class Gather(Choice):
     """How ``alloc_decode`` reads new pages off the free list; each value's behaviour is declared
     by the backend module that ships it (``workbench.backends.gather_of``)."""
 
@@ -32,13 +32,6 @@ class Gather(str, enum.Enum):
     NPU_CLAMPED = "npu-clamped"  # the fix: clamp the index of rows that open no page
     CUDA_MASKED = "cuda-masked"  # Triton kernel: only page-opening rows read; capacity checked after
 
-    @classmethod
-    def parse(cls, value: str | Gather) -> Gather:
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(g.value for g in cls)
-            raise ValueError(f"gather: {value!r} is not one of {allowed}") from None
 
 
 class IntegrityError(AssertionError):

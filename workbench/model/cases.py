@@ -6,26 +6,19 @@ backends, so a backend's replay can take the step it is asked to run.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from workbench.model.allocator import Gather
+from workbench.model.choice import Choice
 from workbench.model.geometry import Mode, ServingGeometry
 
 
-class Replay(str, enum.Enum):
+class Replay(Choice):
     """How a replay chooses the columns it copies (backends that have both, such as DSA)."""
 
     DYNAMIC = "dynamic"  # the columns the step reads
     STATIC = "static"  # the buffer's full width in every mode; kernels bound reads by cache_seqlens
 
-    @classmethod
-    def parse(cls, value: str | Replay) -> Replay:
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(r.value for r in cls)
-            raise ValueError(f"replay: {value!r} is not one of {allowed}") from None
 
 
 @dataclass(frozen=True, kw_only=True)

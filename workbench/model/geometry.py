@@ -9,8 +9,9 @@ formula is in force). Everything derived from it is a property, so a sweep makes
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass
+
+from workbench.model.choice import Choice
 
 # Ranges accepted for each field. They are wide enough for every real deployment in the spec
 # (context lengths up to 1M tokens, page sizes up to 256, NGRAM drafts of 16 tokens) with room to
@@ -33,7 +34,7 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-class Mode(str, enum.Enum):
+class Mode(Choice):
     """The forward mode a graph is captured and replayed in."""
 
     DECODE = "decode"
@@ -41,13 +42,6 @@ class Mode(str, enum.Enum):
     DRAFT_DECODE = "draft-decode"  # one step of the EAGLE multi-step drafter
     DRAFT_EXTEND = "draft-extend"
 
-    @classmethod
-    def parse(cls, value: str | Mode) -> Mode:
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(m.value for m in cls)
-            raise ValueError(f"mode: {value!r} is not one of {allowed}") from None
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:
