@@ -21,7 +21,7 @@ from workbench.analysis.cases import AllocatorCase, Case, TableCase
 from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
 from workbench.analysis.probe import probe
 from workbench.analysis.sweep import allocator_exact_fit_sweep, request_trace
-from workbench.backends import RULE_NAMES
+from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
 from workbench.model.allocator import Gather
 from workbench.model.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
@@ -36,7 +36,7 @@ MAX_EXPLORER_CONTEXT = 1 << 20
 class ExplorerState:
     """What the controls say. Table fields and allocator fields; each component reads its own."""
 
-    component: str = "npu-block-table"
+    component: str = DEFAULT_COMPONENTS[0]  # the first seed's table
     context_len: int = 32768
     page_size: int = 128
     draft_tokens: int = 16
@@ -204,6 +204,6 @@ def _escape(text: str) -> str:
     return html.escape(text)
 
 
-def explorer(component: str = "npu-block-table", device: str = "cpu", **state: Any) -> Any:
+def explorer(component: str = DEFAULT_COMPONENTS[0], device: str = "cpu", **state: Any) -> Any:
     """The widget to display in a notebook cell (the last expression of the cell)."""
     return Explorer(ExplorerState(component=component, **state), device).widget
