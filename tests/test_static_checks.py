@@ -19,7 +19,7 @@ def _tool(name: str) -> list[str]:
 
 
 def test_ruff_is_clean() -> None:
-    done = subprocess.run([*_tool("ruff"), "check", "workbench", "tests"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([*_tool("ruff"), "check", "workbench", "tests", "notebooks"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -1,0 +1,218 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: workbench,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   workbench:
+#     test_parameters:
+#       context_lens:
+#       - 60
+#       - 100
+#       draft_tokens:
+#       - 0
+#       - 4
+#       page_sizes:
+#       - 16
+# ---
+
+# %% [markdown]
+# # 02 · DSA page table (DeepSeek sparse attention)
+#
+# What this answers: **which `page_table` widths fail for which committed lengths, in the
+# dynamic and the static replay, and what does the safe width (`W`) cost?** `context` is the
+# original backend, `context-plus-draft` the first fix, `req-to-token` the second seed's fix.
+# A static replay never raises: its failures are silent over-reads.
+
+# %% tags=["parameters"]
+device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
+cache_dir = "../data/cache"  # sweep cache (parquet); None computes everything afresh
+progress = False  # a tqdm bar for the sweep
+
+context_lens = [4096, 7919]  # the 90000 seed is probed on its own below
+page_sizes = [64]  # DSA on CUDA forces 64
+draft_tokens = [0, 4, 6]
+modes = ["decode", "target-verify", "draft-extend"]
+width_gens = ["g1"]
+replays = ["dynamic", "static"]
+overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
+safe_rules = ["req-to-token"]  # the rules asserted never to fail within the request table
+measure_memory = False  # also allocate each configuration's buffers full size on the device, record the bytes
+
+# %%
+from workbench.present import notebook_params as check
+
+device = check.check_device(device)
+output_dir = check.check_output_dir(output_dir)
+
+from workbench.analysis.sweep import MODE_VALUES
+from workbench.backends import RULE_NAMES
+from workbench.model.geometry import WIDTH_GENERATIONS
+
+context_lens = check.check_ints("context_lens", context_lens, 2, 1 << 20)
+page_sizes = check.check_ints("page_sizes", page_sizes, 1, 4096)
+draft_tokens = check.check_ints("draft_tokens", draft_tokens, 0, 1024)
+modes = check.check_choices("modes", modes, MODE_VALUES)
+width_gens = check.check_choices("width_gens", width_gens, WIDTH_GENERATIONS)
+overshoot = check.check_int("overshoot", overshoot, 0, 1024)
+safe_rules = check.check_choices("safe_rules", safe_rules, RULE_NAMES)
+measure_memory = check.check_bool("measure_memory", measure_memory)
+
+replays = check.check_choices("replays", replays, ("dynamic", "static"))
+
+# %%
+import pandas as pd
+import plotly.io as pio
+from IPython.display import display
+
+from workbench.present.report import save_figure
+
+# JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
+# show its figures offline too (plotly.js is inlined once per notebook).
+pio.renderers.default = "plotly_mimetype+notebook"
+
+pd.set_option("display.width", 160)
+pd.set_option("display.max_columns", 30)
+
+
+def publish(fig, name):
+    """Write the figure for the report, then show it here."""
+    save_figure(fig, output_dir, name)
+    fig.show()
+
+
+# %% [markdown]
+# ## Sweep: executed boundaries
+
+# %%
+from workbench.analysis.sweep import SweepGrid, run_sweep
+
+grid = SweepGrid(components=("dsa-page-table",), context_lens=context_lens, page_sizes=page_sizes,
+                 draft_tokens=draft_tokens, modes=modes, width_gens=width_gens, replays=replays,
+                 overshoot=overshoot, measure_memory=measure_memory)
+sweep = run_sweep(grid, device=device, cache_dir=cache_dir, progress=progress)
+sweep.groupby(["replay", "rule", "mode"]).outcome.value_counts().unstack(fill_value=0)
+
+# %% [markdown]
+# ## Figures
+
+# %%
+from workbench.analysis.cases import parse_case
+from workbench.analysis.memory import load_presets, memory_table
+from workbench.analysis.seeds import SEEDS
+from workbench.analysis.sweep import request_trace
+from workbench.present.plots import failure_map, kv_budget_share, request_trace_plot
+
+publish(failure_map(sweep), "02_dsa_failure_map")
+memory = memory_table(load_presets(), components=("dsa-page-table",))
+publish(kv_budget_share(memory), "02_dsa_kv_budget_share")
+seed_case = parse_case(SEEDS[1].before)
+publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "02_dsa_seed_trace")
+
+# %%
+from workbench.devices.hardware_check import load_hardware_results, memory_overlay
+
+# Bytes measured on real devices (committed files under data/hardware/), next to the prediction.
+hardware = load_hardware_results()
+if hardware is None:
+    print("no hardware results in data/hardware/ yet: predicted bytes only "
+          "(run `workbench --device auto hardware-check` on a GPU or NPU to add them)")
+else:
+    display(memory_overlay(memory, hardware)[["preset", "rule", "device_name", "bytes", "measured_bytes",
+                                              "measured_over_predicted"]])
+
+# With measure_memory = True the sweep also allocated every configuration's buffers full size on this
+# device: the bytes its allocator took (the storages' bytes on a CPU) next to the prediction.
+if measure_memory:
+    columns = ["rule", "context_len", "page_size", "draft_tokens", "mode", "buffer_bytes", "measured_bytes"]
+    display(sweep[columns].drop_duplicates().head(20))
+    print(f"measured with {sweep.measure_method.iloc[0]}: measured - predicted bytes from "
+          f"{int((sweep.measured_bytes - sweep.buffer_bytes).min())} to {int((sweep.measured_bytes - sweep.buffer_bytes).max())}")
+    # an allocator may round a block up, never hand out less than the tensors need
+    assert (sweep.measured_bytes >= sweep.buffer_bytes).all()
+
+# %% [markdown]
+# ## Explorer
+
+# %%
+from workbench.present.explorer import explorer
+
+explorer("dsa-page-table", device=device, context_len=90000, page_size=64, draft_tokens=6,
+         rule="context-plus-draft")
+
+# %% [markdown]
+# ## Assertions: this notebook is a regression test
+
+# %%
+# The GLM-5.2 seed reproduces: torch's message with the first fix, success with B = W, boundary 90001.
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.probe import probe
+from workbench.analysis.seeds import boundary_case
+
+seed = SEEDS[1]
+assert probe(parse_case(seed.before), device).error == seed.expected_error
+assert probe(parse_case(seed.after), device).outcome.value == "ok"
+seed_search = parse_case(boundary_case(seed.before), need_seq_lens=False)
+assert find_boundary(seed_search, device=device).first_failing_seq_len == 90001
+
+# %%
+# Every boundary was confirmed by execution (the failing step and the passing one below it).
+assert sweep.confirmed.all(), sweep[~sweep.confirmed]
+# A dynamic replay fails loudly, a static one silently: never the other way round.
+assert set(sweep[sweep.replay == "dynamic"].outcome) <= {"ok", "shape-error"}
+assert set(sweep[sweep.replay == "static"].outcome) <= {"ok", "silent-overread"}
+
+# %%
+# The legacy rules fail where, and only where, the spec's formula says (executed vs closed form):
+# NPU: first s = B * ps - lookahead + 1; DSA: first s = B - lookahead + 1; inside the searched bound.
+import numpy as np
+
+from workbench.analysis.closed_form import NO_FAILURE, first_failing_seq_len
+
+columns = {name: sweep[name].to_numpy() for name in
+           ("component", "rule", "mode", "width_gen", "context_len", "page_size", "draft_tokens",
+            "step_id", "max_seq_len")}
+columns.update(spec_steps=np.full(len(sweep), grid.spec_steps), spec_topk=np.full(len(sweep), grid.spec_topk),
+               draft_has_kv=np.full(len(sweep), grid.draft_has_kv))
+predicted = first_failing_seq_len(columns)["first_failing_seq_len"]
+executed = sweep.first_failing_seq_len.fillna(NO_FAILURE).to_numpy(dtype=np.int64)
+wrong = sweep[executed != predicted]
+assert wrong.empty, wrong[["rule", "context_len", "page_size", "draft_tokens", "mode", "first_failing_seq_len"]]
+
+# %%
+# The rules claimed safe (req-to-token) never fail anywhere in the request table's bounds: the
+# search here runs to the largest committed length the table holds, past ctx - 1 + overshoot.
+from workbench.analysis.boundary import find_boundary
+from workbench.analysis.sweep import table_cases
+
+claimed = [case for case in table_cases(grid) if case.rule in safe_rules]
+failing = [(case, b.first_failing_seq_len, b.failing.error) for case in claimed
+           if (b := find_boundary(case, device=device)).first_failing_seq_len is not None]
+assert claimed and not failing, failing[:3]
+assert sweep[sweep.rule.isin(safe_rules)].first_failing_seq_len.isna().all()
+
+# %%
+# What the sweep says about the fixes themselves.
+key = ["rule", "context_len", "page_size", "draft_tokens", "mode", "width_gen"]
+paired = sweep[sweep.replay == "dynamic"].merge(sweep[sweep.replay == "static"], on=key, suffixes=("", "_static"))
+# 1. The static replay fails at exactly the same committed length as the dynamic one, only silently.
+assert (paired.first_failing_seq_len.fillna(-1) == paired.first_failing_seq_len_static.fillna(-1)).all()
+# 2. The first fix (ctx + D) holds up to ctx and breaks at exactly ctx + 1 in target-verify when the
+#    scheduler lets a request overshoot by 2 (the GLM-5.2 seed), and nowhere else.
+fix = sweep[(sweep.rule == "context-plus-draft")]
+verify_fix = fix[fix["mode"] == "target-verify"]
+expected = (verify_fix.context_len + 1).where(verify_fix.max_seq_len >= verify_fix.context_len + 1)
+assert (verify_fix.first_failing_seq_len.fillna(-1) == expected.fillna(-1)).all()
+assert fix[fix["mode"] != "target-verify"].first_failing_seq_len.isna().all()
+# 3. The original rule (ctx) fails in target-verify D - 1 tokens before the context is reached.
+original = sweep[(sweep.rule == "context") & (sweep["mode"] == "target-verify")]
+assert (original.first_failing_seq_len == original.context_len - original.draft_tokens + 1).all()
+# 4. The safe width costs a tiny share of the KV cache it guards.
+assert (memory[memory.rule == "req-to-token"].share_of_kv_budget < 1e-2).all()
