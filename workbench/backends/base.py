@@ -108,6 +108,7 @@ class TableBackend(ABC):
     replays: tuple[str, ...] = ("dynamic",)  # replay variants a sweep tries
     on_overflow: str  # one line: what a step that asks for more than a row holds comes to
     seeds: tuple[Seed, ...] = ()
+    page_sizes: tuple[int, ...] = (1,)  # the page sizes deployments run it with (the atlas's settings)
     # One of the spec's seed components: sweeps, memory tables and runs that name no component
     # cover these, so every default frame stays what it was before other backends were added.
     in_defaults: bool = False
@@ -133,6 +134,21 @@ class TableBackend(ABC):
     def width_for_tokens(self, geometry: ServingGeometry, tokens: int) -> int:
         """The narrowest width whose rows cover ``tokens``."""
         return cdiv(tokens, geometry.page_size) if self.unit == "pages" else tokens
+
+    # ---- how far a run gets ---------------------------------------------------------------------
+
+    def reachable_len(self, geometry: ServingGeometry, mode: Mode, step_id: int = 0, *, overshoot: int = 2) -> int:
+        """The largest committed length a real run replays in ``mode``.
+
+        SGLang's scheduler caps a request at ``ctx - 1`` committed tokens (spec section 1; 0.5.23:
+        ``max_req_len = context_len - 1`` in ``srt/managers/tp_worker.py:421-424``, and
+        ``max_new_tokens`` clamped to ``max_req_len - input_len - 1`` in
+        ``srt/managers/scheduler.py:2709-2716``); with speculation a finished request can ride one
+        more verify and multi-token acceptance can pass the cap, by ``overshoot`` tokens (spec
+        section 1: one and two are seen in crash reports). The request table's bound caps it too.
+        """
+        cap = geometry.context_len - 1 + (overshoot if geometry.speculative else 0)
+        return max(1, min(geometry.max_committed_len(mode, step_id), cap))
 
     # ---- one step -------------------------------------------------------------------------------
 

@@ -194,6 +194,7 @@ class AscendBlockTables(TableBackend):
     buffer_name = "block_tables"
     unit = "pages"
     pad_seq_len = SEQ_FILL
+    page_sizes = (128,)  # Ascend forces 128 (npu/utils.py:96-101, the default)
     short = "npu"
     rules = RULES
     case_fields = frozenset({"hybrid_swa"})

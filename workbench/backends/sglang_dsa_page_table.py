@@ -192,6 +192,7 @@ class DsaPageTableBackend(TableBackend):
     buffer_name = "page_table"
     unit = "tokens"
     pad_seq_len = SEQ_FILL
+    page_sizes = (64,)  # DSA on CUDA forces 64 (spec section 3)
     short = "dsa"
     rules = RULES
     modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)

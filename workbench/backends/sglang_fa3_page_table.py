@@ -115,6 +115,7 @@ class Fa3PageTableBackend(TableBackend):
     device_family = "cuda"
     buffer_name = "page_table"
     unit = "pages"
+    page_sizes = (1, 64)  # FA3 runs at the engine default 1, or a --page-size such as 64
     short = "fa3"
     pad_seq_len = 1  # the CUDA graph runner's fill value for padded rows
     rules = RULES

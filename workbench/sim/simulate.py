@@ -49,7 +49,7 @@ from workbench.backends.base import Buffers, TableBackend
 from workbench.devices.device import one_torch_thread
 from workbench.model.allocator import PagedAllocator
 from workbench.model.cases import TableCase
-from workbench.model.geometry import cdiv
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 from workbench.model.outcome import Outcome
 from workbench.model.request_table import DUMMY_ROW, RequestTable
 from workbench.sim.workload import (
@@ -68,10 +68,13 @@ class TableStep:
     unit: str  # "pages" or "tokens"
     width: int
     outcome: str
+    mode: str | None = None  # None: the step's own mode; else another graph the step replays
 
     def columns(self) -> dict[str, object]:
-        """The record's flat columns for this table: ``npu_width_pages``, ``npu_outcome``."""
-        return {f"{self.short}_width_{self.unit}": self.width, f"{self.short}_outcome": self.outcome}
+        """The record's flat columns for this table: ``npu_width_pages``, ``npu_outcome`` (another
+        graph's: ``npu_draft_decode_outcome``)."""
+        prefix = self.short if self.mode is None else f"{self.short}_{self.mode.replace('-', '_')}"
+        return {f"{prefix}_width_{self.unit}": self.width, f"{prefix}_outcome": self.outcome}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +170,26 @@ def exact_fit_victim(seq_lens: Sequence[int], page_size: int) -> int | None:
     return next((i for i in range(last_opener + 1, len(opens)) if not opens[i]), None)
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """One captured graph of a run: a backend's buffers for one mode."""
+
+    name: str  # the component as the run names it
+    backend: TableBackend
+    buffers: Buffers
+    case: TableCase  # the mode, step and replay it is replayed with
+    extra: bool  # another graph than the step's own mode
+
+    def reads(self, committed: Sequence[int], g: ServingGeometry) -> list[int]:
+        """Tokens each request's kernel reads: its committed length plus the mode's lookahead."""
+        look = self.backend.lookahead(g, self.case.mode, self.case.step_id)
+        return [s + look for s in committed]
+
+    def table_step(self, outcome: str) -> TableStep:
+        return TableStep(self.backend.short, self.backend.unit, self.buffers.read_table.shape[1], outcome,
+                         self.case.mode.value if self.extra else None)
+
+
 class _Engine:
     """The mutable state of one run: pool, request table, captured buffers, queues."""
 
@@ -175,15 +198,19 @@ class _Engine:
         self.config, self.rng, self.g = config, rng, g
         self.alloc = PagedAllocator(g.page_size, config.pool_pages, device=device)
         self.table = RequestTable(g.max_bs + 1, g.request_table_width, self.alloc)
-        # Captured once for max_bs, as init_cuda_graph_state does.
-        self.step_case = TableCase(component="", geometry=g, rule=config.rule, mode=config.mode, replay=config.replay)
-        self.graphs: list[tuple[str, TableBackend, Buffers]] = []
-        for name in config.components:
-            backend = backends.backend_of(name)
-            width = backend.width(g, config.rule)
-            buffers = backend.allocate(g, width, rows=backend.graph_rows(g, config.mode), case=self.step_case,
-                                       device=device)
-            self.graphs.append((name, backend, buffers))
+        # Captured once for max_bs, as init_cuda_graph_state does: each component's graph of each mode.
+        self.graphs: list[_Graph] = []
+        for mode in config.replayed_modes:
+            step_id = g.spec_steps - 1 if mode is Mode.DRAFT_DECODE else 0
+            step_case = TableCase(component="", geometry=g, rule=config.rule, mode=mode, step_id=step_id,
+                                  replay=config.replay)
+            for name in config.components:
+                backend = backends.backend_of(name)
+                if backend.mode_problem(mode) or g.invalid_mode_reason(mode, step_id):
+                    continue  # this backend captures no such graph
+                buffers = backend.allocate(g, backend.width(g, config.rule), rows=backend.graph_rows(g, mode),
+                                           case=step_case, device=device)
+                self.graphs.append(_Graph(name, backend, buffers, step_case, mode is not config.mode))
         self.buckets = capture_buckets(g.max_bs)
         self.waiting: deque[tuple[Request, int]] = deque((r, r.prompt_len) for r in requests)
         self.running: list[_Live] = []
@@ -280,19 +307,27 @@ class _Engine:
             offset += s - p
         return _Alloc(Outcome.OK, None, tuple(out.tolist()))
 
-    def replay(self, batch: list[_Live], seq_lens: list[int], reads: list[int]) -> list[tuple[Outcome, str | None]]:
-        """Every backend's captured table, the batch padded to its bucket; (outcome, error) each."""
+    def replay(self, batch: list[_Live], seq_lens: list[int], reads: list[int]) -> list[tuple[Outcome, str | None, int]]:
+        """Every captured graph, the batch padded to its bucket; (outcome, error, widest request) each.
+
+        The step's own graph reads ``reads``; another mode's graph reads the committed lengths plus
+        its own lookahead (a draft step ``step_id + 1``, draft-extend nothing).
+        """
         pad = next(b for b in self.buckets if b >= len(batch)) - len(batch)
         rows = [x.row for x in batch] + [DUMMY_ROW] * pad
         r2t, num_slots = self.table.req_to_token, (self.alloc.num_pages + 1) * self.g.page_size
+        committed = [x.committed for x in batch]
         results = []
-        for _, backend, buffers in self.graphs:
-            def replay(backend: TableBackend = backend, buffers: Buffers = buffers) -> Replayed:
-                padded = seq_lens + [backend.pad_seq_len] * pad  # padding never raises max(seq_lens)
-                overwrite = backend.replay(buffers, r2t, rows, padded, self.step_case, num_slots=num_slots)
-                return backend.capacity_tokens(self.g, buffers.read_table.shape[1]), overwrite
+        for graph in self.graphs:
+            lens, graph_reads = (seq_lens, reads) if not graph.extra else (committed, graph.reads(committed, self.g))
 
-            results.append(classify_replay(backend, replay, reads))
+            def replay(graph: _Graph = graph, lens: list[int] = lens) -> Replayed:
+                padded = lens + [graph.backend.pad_seq_len] * pad  # padding never raises max(seq_lens)
+                overwrite = graph.backend.replay(graph.buffers, r2t, rows, padded, graph.case, num_slots=num_slots)
+                return graph.backend.capacity_tokens(self.g, graph.buffers.read_table.shape[1]), overwrite
+
+            widest = max(range(len(batch)), key=lambda i: graph_reads[i])  # the request that sets max_len
+            results.append((*classify_replay(graph.backend, replay, graph_reads), widest))
         return results
 
     def commit(self, batch: list[_Live]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -387,12 +422,11 @@ def _step(engine: _Engine, step: int, admitted: tuple[int, ...], retracted: tupl
     outcomes: list[tuple[str, Outcome, str | None, int | None]] = [
         ("allocator", alloc.outcome, alloc.error, alloc.failing_row)]
     if alloc.outcome is not Outcome.OUT_OF_MEMORY:
-        widest = max(range(len(batch)), key=lambda i: reads[i])  # the request that sets max_len
         replayed = engine.replay(batch, seq_lens, reads)
-        outcomes += [(name, *result, widest) for (name, _, _), result in zip(engine.graphs, replayed)]
+        outcomes += [(graph.name, *result) for graph, result in zip(engine.graphs, replayed)]
     first = next((o for o in outcomes if o[1] is not Outcome.OK), None)
     accepted, retired = ((), ()) if alloc.outcome is Outcome.OUT_OF_MEMORY else engine.commit(batch)
-    by_name = {name: outcome.value for name, outcome, _, _ in outcomes}
+    by_graph = [outcome.value for _, outcome, _, _ in outcomes[1:]]
     return StepRecord(
         step=step, mode=engine.config.mode.value,
         bucket=next(b for b in engine.buckets if b >= len(batch)),
@@ -400,9 +434,9 @@ def _step(engine: _Engine, step: int, admitted: tuple[int, ...], retracted: tupl
         reads=tuple(reads), accepted=accepted,
         new_pages=new_pages, free_pages_before=free_before, free_pages_after=len(engine.alloc.free_pages),
         exact_fit=0 < new_pages == free_before, out_cache_loc=alloc.slots, last_loc=last_loc,
-        free_list_before=free_list, alloc_outcome=by_name["allocator"],
-        tables=tuple(TableStep(backend.short, backend.unit, buffers.read_table.shape[1], by_name.get(name, "not-run"))
-                     for name, backend, buffers in engine.graphs),
+        free_list_before=free_list, alloc_outcome=outcomes[0][1].value,
+        tables=tuple(graph.table_step(by_graph[i] if i < len(by_graph) else "not-run")
+                     for i, graph in enumerate(engine.graphs)),
         outcome=first[1].value if first else Outcome.OK.value,
         failing_component=first[0] if first else None,
         failing_request=batch[first[3]].req.req_id if first and first[3] is not None else None,

@@ -203,12 +203,16 @@ class SimConfig:
     acceptance: Acceptance = Acceptance()
     replay: Replay = Replay.DYNAMIC  # for the backends that have a static replay (DSA)
     components: tuple[str, ...] = backends.DEFAULT_COMPONENTS  # the tables each step replays
+    # The graphs each step replays, for every component that captures them (draft-decode at the
+    # drafter's last step, which reads furthest). Empty: the step's own mode only (``mode``).
+    modes: tuple[str, ...] = ()
     stop_on_failure: bool = True
     max_steps: int = 20_000
 
     def __post_init__(self) -> None:
         backends.check_rule_name(self.rule)
         object.__setattr__(self, "components", tuple(self.components))
+        object.__setattr__(self, "modes", tuple(Mode.parse(m).value for m in self.modes))
         for name in self.components:
             backends.check_rule(backends.backend_of(name), self.rule)
         object.__setattr__(self, "gather", Gather.parse(self.gather))
@@ -240,6 +244,12 @@ class SimConfig:
     @property
     def mode(self) -> Mode:
         return Mode.TARGET_VERIFY if self.geometry.speculative else Mode.DECODE
+
+    @property
+    def replayed_modes(self) -> tuple[Mode, ...]:
+        """The step's own mode first, then the other graphs named in ``modes``."""
+        others = tuple(Mode(m) for m in self.modes if m != self.mode.value)
+        return (self.mode, *others)
 
 
 def check_requests(config: SimConfig, requests: Sequence[Request]) -> None:

@@ -1,0 +1,222 @@
+"""The bug-class atlas: every modelled table, engine version and mode, over realistic settings.
+
+For each backend the registry lists, each engine version of ``data/engines.json`` that says which
+rule the backend ships, and each mode the backend captures, the atlas runs the model presets
+(``data/presets.json``) at their own context length and at shorter common ``--context-length``
+settings, under their own speculative recipe, EAGLE (5, 4, 8), NGRAM (16 drafts, topk 10) and no
+speculation, at the page sizes the backend runs with. Per setting it finds the first failing
+committed length over everything the request table holds (closed form, confirmed by executing the
+step at it and the one below), the largest committed length a real run reaches (the backend's
+``reachable_len``: the scheduler's cap plus ``overshoot``), the margin between them, and the bytes a
+safe width costs over the engine's.
+
+    margin = first_failing - reachable - 1     negative: a real run reaches the failure
+
+A setting is ``safe`` (nothing the table holds fails), ``unreachable`` (a failure past what a run
+reaches) or ``reachable`` (a run gets there). ``summarize`` keeps one row per backend, version and
+mode: its worst setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd  # type: ignore[import-untyped]
+
+from workbench import backends
+from workbench.analysis.boundary import fast_boundaries
+from workbench.analysis.executors import Executor, run_chunks
+from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
+from workbench.analysis.probe import table_case_problem
+from workbench.backends.base import TableBackend
+from workbench.devices.device import one_torch_thread
+from workbench.engines.versions import EngineVersion, load_versions
+from workbench.model.cases import Replay, TableCase
+from workbench.model.geometry import Mode, ServingGeometry
+from workbench.model.outcome import ProbeResult
+
+COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
+DEFAULT_OVERSHOOT = 2  # spec section 1: overshoots of one and two tokens are seen in crash reports
+CHUNK = 100
+STATUS_ORDER = ("reachable", "unreachable", "safe")  # worst first
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One launch: a model preset, a context length, a speculative recipe and a page size."""
+
+    preset: ModelPreset
+    recipe: str  # "own", "eagle-5-4-8", "ngram-16", "off"
+    geometry: ServingGeometry
+
+
+def _recipes(preset: ModelPreset) -> dict[str, dict[str, object]]:
+    return {
+        "own": {"draft_tokens": preset.draft_tokens, "spec_steps": preset.spec_steps, "spec_topk": preset.spec_topk,
+                "draft_has_kv": preset.draft_has_kv},
+        "eagle-5-4-8": {"draft_tokens": 8, "spec_steps": 5, "spec_topk": 4, "draft_has_kv": True},
+        "ngram-16": {"draft_tokens": 16, "spec_steps": 1, "spec_topk": 10, "draft_has_kv": False},
+        "off": {"draft_tokens": 0, "spec_steps": 1, "spec_topk": 1, "draft_has_kv": True},
+    }
+
+
+def settings(backend: TableBackend, width_gen: str, presets: Sequence[ModelPreset]) -> list[Setting]:
+    out = []
+    for preset in presets:
+        contexts = sorted({preset.context_len, *(c for c in COMMON_CONTEXTS if c < preset.context_len)})
+        for ctx in contexts:
+            for recipe, spec in _recipes(preset).items():
+                for ps in backend.page_sizes:
+                    g = preset.geometry.replace(context_len=ctx, page_size=ps, width_gen=width_gen, **spec)
+                    out.append(Setting(preset, recipe, g))
+    return out
+
+
+def _modes(backend: TableBackend, g: ServingGeometry) -> list[tuple[Mode, int]]:
+    """(mode, step_id) pairs the backend captures for ``g``; draft steps at their last step."""
+    modes = []
+    for mode in backend.modes:
+        step_id = g.spec_steps - 1 if mode is Mode.DRAFT_DECODE else 0
+        if g.invalid_mode_reason(mode, step_id) is None:
+            modes.append((mode, step_id))
+    return modes
+
+
+@dataclass(frozen=True)
+class AtlasConfig:
+    engine: str
+    backend: str  # the backend's label
+    setting: Setting
+    case: TableCase
+
+
+def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None) -> list[AtlasConfig]:
+    """Every backend x version (that names the backend's rule) x setting x mode, valid states only."""
+    versions = load_versions()
+    chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else list(versions.values())
+    presets = list(presets) if presets is not None else load_presets()
+    out = []
+    for version in chosen:
+        for backend in backends.table_backends():
+            fields = version.case_fields(backend.name)
+            if "rule" not in fields:
+                continue  # the version's data says nothing of this backend: no row rather than a guess
+            replay = Replay.parse(str(fields.get("replay", "dynamic")))
+            for setting in settings(backend, str(fields.get("width_gen", "g1")), presets):
+                for mode, step_id in _modes(backend, setting.geometry):
+                    case = TableCase(component=backend.label, geometry=setting.geometry, rule=str(fields["rule"]),
+                                     mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
+                    if table_case_problem(case) is None:
+                        out.append(AtlasConfig(version.engine, backend.label, setting, case))
+    return out
+
+
+def _rows(configs: Sequence[AtlasConfig], overshoot: int, device: str) -> list[dict[str, object]]:
+    """One chunk's rows (a top-level function, so process pools can run it)."""
+    with one_torch_thread():
+        found = fast_boundaries([c.case for c in configs], device=device)
+        return [_row(c, f.first_failing_seq_len, f.failing, overshoot) for c, f in zip(configs, found)]
+
+
+def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int) -> dict[str, object]:
+    case, g = config.case, config.case.geometry
+    backend = backends.backend_of(case.component)
+    reachable = backend.reachable_len(g, case.mode, case.step_id, overshoot=overshoot)
+    margin = None if first is None else first - reachable - 1
+    status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
+    engine_bytes = buffer_bytes(case.component, g, case.rule, case.mode)
+    safe_bytes = min_safe_bytes(case.component, g, case.mode)
+    kv_budget = g.max_bs * g.context_len * config.setting.preset.kv_bytes_per_token  # this setting's KV cache
+    return {
+        "engine": config.engine, "backend": config.backend, "rule": case.rule, "width_gen": g.width_gen,
+        "replay": case.replay.value, "mode": case.mode.value, "step_id": case.step_id,
+        "preset": config.setting.preset.name, "recipe": config.setting.recipe, "context_len": g.context_len,
+        "page_size": g.page_size, "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps, "spec_topk": g.spec_topk,
+        "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs, "request_table_width": g.request_table_width,
+        "buffer_width": backend.width(g, case.rule), "buffer_unit": backend.unit,
+        "first_failing_seq_len": first, "outcome": failing.outcome.value if failing is not None else "ok",
+        "error": failing.error if failing is not None else None,
+        "reachable_len": reachable, "margin": margin, "status": status,
+        "engine_bytes": engine_bytes, "safe_bytes": safe_bytes, "extra_bytes": max(0, safe_bytes - engine_bytes),
+        "kv_budget_bytes": kv_budget, "extra_share_of_kv": max(0, safe_bytes - engine_bytes) / kv_budget,
+    }
+
+
+def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_OVERSHOOT, device: str = "cpu",
+              executor: Executor | None = None, presets: Sequence[ModelPreset] | None = None) -> pd.DataFrame:
+    """One row per backend, version, setting and mode (see the module note)."""
+    if isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= 1024:
+        raise ValueError(f"overshoot: {overshoot!r} is out of range (allowed: integers 0 to 1024)")
+    versions = load_versions()
+    for engine in engines or ():
+        if engine not in versions:
+            raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
+    configs = configurations(engines, presets)
+    args = [(configs[i : i + CHUNK], overshoot, device) for i in range(0, len(configs), CHUNK)]
+    parts: dict[int, list[dict[str, object]]] = {}
+    for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
+        parts[index] = rows
+    frame = pd.DataFrame([row for i in sorted(parts) for row in parts[i]])
+    return frame.astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per backend, version and mode: its worst setting (reachable before unreachable before
+    safe; the smallest margin among equals), with the count of settings of each status."""
+    rank = frame.status.map({s: i for i, s in enumerate(STATUS_ORDER)})
+    ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"])
+    keys = ["backend", "engine", "mode"]
+    worst = ordered.groupby(keys, sort=False).head(1).drop(columns=["_rank", "_margin"])
+    counts = frame.groupby(keys).status.value_counts().unstack(fill_value=0)
+    counts = counts.reindex(columns=list(STATUS_ORDER), fill_value=0).add_prefix("settings_").reset_index()
+    return worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
+
+
+def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
+    """Run one request of the row's setting through a seeded serving run (``workbench.sim``) that
+    replays the row's graph every step, from ``lead`` tokens short of the failing length, and say
+    whether the run fails where the probe said.
+
+    One token is accepted per step up to ``ctx - 2``; the step that crosses the scheduler's cap
+    accepts ``overshoot + 1``, so the request rides its last verify at ``ctx - 1 + overshoot``, the
+    reachable length. Confirmed: the graph's first failing replay is at or past the probe's first
+    failing length, and every replay below it passed. A step that replays decode without
+    speculation carries ``s + 1`` (the length after the new token): its committed length is one
+    short of the probe's.
+    """
+    from workbench.sim.simulate import simulate
+    from workbench.sim.workload import Acceptance, Request, SimConfig, Workload
+
+    first = int(row.first_failing_seq_len)
+    backend = backends.backend_of(str(row.backend))
+    g = ServingGeometry(context_len=int(row.context_len), page_size=int(row.page_size), draft_tokens=int(row.draft_tokens),
+                        spec_steps=int(row.spec_steps), spec_topk=int(row.spec_topk), draft_has_kv=bool(row.draft_has_kv),
+                        max_bs=1, width_gen=str(row.width_gen))
+    overshoot = max(0, int(row.reachable_len) - (g.context_len - 1)) if g.speculative else 0
+    expected = first if g.speculative else first - 1
+    prompt = max(1, min(expected, g.context_len - 2) - lead)
+    trace = [1] * max(0, g.context_len - 2 - prompt) + [overshoot + 1] * 4
+    config = SimConfig(geometry=g, rule=str(row.rule), components=(str(row.backend),), modes=(str(row["mode"]),),
+                       replay=Replay.parse(str(row.replay)), overshoot=overshoot, stop_on_failure=False,
+                       acceptance=Acceptance(kind="trace", trace=tuple(trace)), conservativeness=0.0)
+    run = simulate(config, Workload(trace=(Request(0, prompt, g.context_len + overshoot - prompt),)), seed=0)
+    passed: list[int] = []
+    for record in run.records:
+        for table in record.tables:
+            if table.short != backend.short or (table.mode or config.mode.value) != row["mode"]:
+                continue
+            if table.outcome == "ok":
+                passed.append(record.committed[0])
+                continue
+            hit = record.committed[0]
+            confirmed = hit >= expected and all(p < expected for p in passed) and table.outcome == row.outcome
+            return {"run_committed_len": hit, "run_outcome": table.outcome, "run_confirmed": confirmed}
+    return {"run_committed_len": None, "run_outcome": "ok", "run_confirmed": False}
+
+
+def confirm_reachable(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with each reachable failure's serving run beside it (``run_confirmed``)."""
+    results = [confirm_by_run(row) if row.status == "reachable" else
+               {"run_committed_len": None, "run_outcome": None, "run_confirmed": None} for _, row in summary.iterrows()]
+    return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
