@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_flags(simulate)
     sweep = sub.add_parser("sweep", help="boundaries of every configuration of a grid, as a table (parquet/csv)")
     _add_sweep_flags(sweep)
+    atlas = sub.add_parser("atlas", help="every backend x engine version x mode: can a real run fail, where, how")
+    atlas.add_argument("--engine", help="comma-separated versions (default: every version data/engines.json holds)")
+    atlas.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
+    atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
+    atlas.add_argument("--no-runs", action="store_true", help="skip confirming reachable failures by serving runs")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -160,6 +166,47 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
         else:
             atomic_write_text(path, frame.to_csv(index=False))
         out.write(f"wrote {path}\n")
+
+
+def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    from workbench.analysis.atlas import confirm_reachable, format_summary, run_atlas, summarize
+
+    if args.out and not args.out.endswith((".parquet", ".csv")):
+        raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
+    engines = _str_list(args.engine) if args.engine else None
+    frame = run_atlas(engines, overshoot=args.overshoot, device=device)
+    summary = summarize(frame)
+    if not args.no_runs:
+        summary = confirm_reachable(summary)
+    if args.json:
+        for record in summary.to_dict(orient="records"):
+            out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+    else:
+        out.write(format_summary(summary) + "\n")
+    if args.out:
+        _write_frame(frame, args.out, out)
+
+
+def _plain(value: object) -> object:
+    """A frame cell as JSON: pandas' missing values become null, numpy scalars Python numbers."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    if value is None or (not isinstance(value, (list, tuple, str)) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _write_frame(frame: object, path_text: str, out: IO[str]) -> None:
+    from pathlib import Path
+
+    from workbench.files import atomic_write_parquet, atomic_write_text
+
+    path = Path(path_text)
+    if path_text.endswith(".parquet"):
+        atomic_write_parquet(frame, path)
+    else:
+        atomic_write_text(path, frame.to_csv(index=False))  # type: ignore[attr-defined]
+    out.write(f"wrote {path}\n")
 
 
 def _bench(args: argparse.Namespace, out: IO[str]) -> None:
@@ -278,6 +325,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.command == "bench":
         _bench(args, out)
+    elif args.command == "atlas":
+        _atlas(args, device, out)
     elif args.command == "sweep":
         _sweep(args, device, out)
     elif args.command == "report":

@@ -220,3 +220,18 @@ def confirm_reachable(summary: pd.DataFrame) -> pd.DataFrame:
     results = [confirm_by_run(row) if row.status == "reachable" else
                {"run_committed_len": None, "run_outcome": None, "run_confirmed": None} for _, row in summary.iterrows()]
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """The summary as a table for a terminal: one line per backend, version and mode."""
+    lines = [f"{'backend':<26} {'engine':<16} {'mode':<14} {'rule':<19} {'first fail':>10} {'reach':>8} {'margin':>7}  "
+             f"{'status':<12} {'outcome':<16} run   worst setting"]
+    for row in summary.itertuples(index=False):
+        first = "none" if pd.isna(row.first_failing_seq_len) else str(int(row.first_failing_seq_len))
+        margin = "" if pd.isna(row.margin) else str(int(row.margin))
+        confirmed = getattr(row, "run_confirmed", None)
+        run = "-" if confirmed is None or pd.isna(confirmed) else ("hit" if confirmed else "MISS")
+        setting = f"{row.preset} {row.recipe} ctx {row.context_len} ps {row.page_size}"
+        lines.append(f"{row.backend:<26} {row.engine:<16} {row.mode:<14} {row.rule:<19} {first:>10} {row.reachable_len:>8} "
+                     f"{margin:>7}  {row.status:<12} {row.outcome:<16} {run:<5} {setting}")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""The atlas (issue 13, items 4-6): every backend, version and mode over realistic settings.
+
+Expected values: engines.md section 1 (0.5.23's Ascend gap: a QwQ NGRAM verify fails at 32881,
+257 against 258 pages), the spec's scheduler cap (ctx - 1) with the default overshoot of 2, and
+FA3's width read from the engine (cdiv(ctx, ps) pages, so a verify of D drafts at ps 1 first reads
+past the row at ctx - D + 1).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from workbench.analysis.atlas import configurations, confirm_reachable, run_atlas, summarize
+from workbench.present.atlas_figure import atlas_figure
+
+
+@pytest.fixture(scope="module")
+def atlas() -> pd.DataFrame:
+    return run_atlas(["sglang==0.5.23"])
+
+
+def _setting(frame: pd.DataFrame, backend: str, mode: str, preset: str, recipe: str, ctx: int, ps: int) -> pd.Series:
+    rows = frame[(frame.backend == backend) & (frame["mode"] == mode) & (frame.preset == preset)
+                 & (frame.recipe == recipe) & (frame.context_len == ctx) & (frame.page_size == ps)]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atlas: pd.DataFrame) -> None:
+    assert set(atlas.backend) == {"npu-block-table", "dsa-page-table", "sglang-fa3-page-table"}
+    assert set(atlas[atlas.backend == "dsa-page-table"]["mode"]) == {"decode", "target-verify", "draft-extend"}
+    assert set(atlas[atlas.backend == "npu-block-table"]["mode"]) == {"decode", "target-verify", "draft-decode",
+                                                                       "draft-extend"}
+    assert len(atlas) == len(configurations(["sglang==0.5.23"]))
+    assert atlas.context_len.max() == 1048576  # GLM-5.2 at its own context
+
+
+def test_the_ascend_gap_of_0523_is_a_failure_no_run_reaches(atlas: pd.DataFrame) -> None:
+    row = _setting(atlas, "npu-block-table", "target-verify", "QwQ-32B", "own", 32768, 128)
+    assert (row.rule, row.width_gen, row.buffer_width) == ("context-plus-draft", "g3", 257)
+    assert row.first_failing_seq_len == 32881 and row.reachable_len == 32768 - 1 + 2
+    assert row.error == "The size of tensor a (257) must match the size of tensor b (258) at non-singleton dimension 1"
+    assert (row.margin, row.status) == (32881 - 32769 - 1, "unreachable")
+
+
+def test_fa3_verify_reads_past_its_row_in_a_real_run(atlas: pd.DataFrame) -> None:
+    row = _setting(atlas, "sglang-fa3-page-table", "target-verify", "QwQ-32B", "ngram-16", 32768, 1)
+    assert (row.buffer_width, row.first_failing_seq_len, row.outcome) == (32768, 32768 - 16 + 1, "silent-overread")
+    assert row.status == "reachable" and row.margin == 32753 - 32769 - 1
+    off = atlas[(atlas.backend == "sglang-fa3-page-table") & (atlas.recipe == "off")]
+    assert set(off.status) == {"safe"}  # without speculation nothing reads past ctx - 1
+
+
+def test_every_reachable_failure_reported_is_hit_by_a_serving_run(atlas: pd.DataFrame) -> None:
+    summary = confirm_reachable(summarize(atlas))
+    reachable = summary[summary.status == "reachable"]
+    assert len(reachable) >= 4
+    assert reachable.run_confirmed.all(), reachable[["backend", "mode", "first_failing_seq_len", "run_committed_len"]]
+    assert (reachable.run_committed_len >= reachable.first_failing_seq_len - 1).all()
+    assert summary[summary.status != "reachable"].run_confirmed.isna().all()
+
+
+def test_the_figure_draws_one_cell_per_backend_version_and_mode(atlas: pd.DataFrame) -> None:
+    summary = summarize(atlas)
+    fig = atlas_figure(summary)
+    heat = fig.data[0]
+    assert len(heat.y) == 3 and len(heat.x) == summary[["engine", "mode"]].drop_duplicates().shape[0]
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    assert any("reachable" in t for t in fig.data[0].colorbar.ticktext)
+
+
+def test_the_command_prints_summary_rows_as_json() -> None:
+    done = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.5.23", "--json", "--no-runs"],
+                          capture_output=True, text=True, check=True)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {r["backend"] for r in rows} == {"npu-block-table", "dsa-page-table", "sglang-fa3-page-table"}
+    for r in rows:
+        assert {"first_failing_seq_len", "reachable_len", "margin", "status", "outcome", "error"} <= set(r)
+    bad = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.0.0"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "engine: 'sglang==0.0.0' is not a modelled version" in bad.stderr
