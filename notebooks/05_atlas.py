@@ -1,0 +1,118 @@
+# ---
+# jupyter:
+#   jupytext:
+#     notebook_metadata_filter: workbench,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   workbench:
+#     test_parameters:
+#       presets:
+#       - QwQ-32B
+# ---
+
+# %% [markdown]
+# # 05 · The bug-class atlas
+#
+# What this answers: **for every graph-captured table the workbench models, every engine version
+# it knows and every graph mode, can a real run fail, where, and how?** Each cell of the figure is
+# a backend's worst setting over the model presets (their own context length and shorter common
+# ones; their own speculative recipe, EAGLE (5, 4, 8), NGRAM with 16 drafts, and none) at the page
+# sizes the backend runs with.
+#
+# Words (the README's glossary has more): the **first failing length** is the smallest committed
+# length `s` whose step fails, found by the closed form and confirmed by executing that step and the
+# one below on real tensors. The **reachable length** is the largest committed length a run replays:
+# the scheduler's cap `ctx - 1` plus an **overshoot** of a few tokens (multi-token acceptance, the
+# overlap scheduler; the spec sees one and two in crash reports). **Margin** = first failing -
+# reachable - 1: negative means a real run gets there. Every reachable failure is then confirmed by
+# a seeded serving run that hits it (`run_confirmed`).
+
+# %% tags=["parameters"]
+device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
+engines = []  # engine versions of data/engines.json; empty: every version
+presets = []  # model presets of data/presets.json; empty: every preset
+overshoot = 2  # committed tokens a run may pass ctx - 1 for one step
+confirm_runs = True  # confirm each reachable failure with a serving run
+
+# %%
+from workbench.analysis.memory import load_presets
+from workbench.engines.versions import load_versions
+from workbench.present import notebook_params as check
+
+device = check.check_device(device)
+output_dir = check.check_output_dir(output_dir)
+engines = check.check_choices("engines", engines, load_versions()) if engines else ()
+all_presets = {p.name: p for p in load_presets()}
+chosen = [all_presets[n] for n in check.check_choices("presets", presets, all_presets)] if presets else list(all_presets.values())
+overshoot = check.check_int("overshoot", overshoot, 0, 1024)
+confirm_runs = check.check_bool("confirm_runs", confirm_runs)
+
+# %%
+import pandas as pd
+import plotly.io as pio
+
+from workbench.analysis.atlas import confirm_reachable, run_atlas, summarize
+from workbench.present.atlas_figure import atlas_figure
+from workbench.present.report import save_figure
+
+pio.renderers.default = "plotly_mimetype+notebook"
+pd.set_option("display.width", 200)
+
+frame = run_atlas(list(engines) or None, overshoot=overshoot, device=device, presets=chosen)
+summary = summarize(frame)
+if confirm_runs:
+    summary = confirm_reachable(summary)
+print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summary)} backend x version x mode rows")
+
+# %% [markdown]
+# The figure: red cells are failures a real run reaches, amber cells fail only past what a run
+# reaches (a margin, not a crash report), green cells never fail at any committed length the
+# request table holds. Each cell names the outcome, the first failing length and the margin.
+
+# %%
+fig = atlas_figure(summary)
+save_figure(fig, output_dir, "05_atlas")
+fig
+
+# %%
+columns = ["backend", "engine", "mode", "rule", "first_failing_seq_len", "reachable_len", "margin", "status", "outcome",
+           "preset", "recipe", "context_len", "page_size", "extra_bytes", "extra_share_of_kv"]
+if confirm_runs:
+    columns.append("run_confirmed")
+summary[columns]
+
+# %% [markdown]
+# ## What the atlas finds
+#
+# - **FA3 reads past its page table in every speculative mode, and a real run gets there.** Its
+#   `page_table` is `cdiv(ctx, ps)` pages in every release, blind to the drafts; the fused kernel
+#   stops writing at the width while the attention kernel reads `s + D`. A verify at `ctx - D + 1`
+#   reads past the row: with page size 1 that is inside the scheduler's cap, so any request that
+#   runs to its context limit meets it. Nothing raises: a **silent over-read**. We know of no public
+#   report of it.
+# - **The Ascend block tables of 0.5.23 still fail past the context**, at the latent gap engines.md
+#   describes (QwQ NGRAM verify at 32881: 257 against 258 pages), but over a hundred tokens beyond
+#   what a run reaches.
+# - **The DSA page table of 0.5.23 (`W` wide, static replay) is safe** at every committed length.
+
+# %%
+def worst(backend: str, engine: str = "sglang==0.5.23") -> pd.DataFrame:
+    return summary[(summary.backend == backend) & (summary.engine == engine)]
+
+
+fa3 = worst("sglang-fa3-page-table")
+assert set(fa3.status) == {"reachable"} and set(fa3.outcome) == {"silent-overread"}, fa3
+verify = fa3[fa3["mode"] == "target-verify"].iloc[0]
+assert verify.first_failing_seq_len == verify.context_len - verify.draft_tokens + 1
+if confirm_runs:
+    assert summary[summary.status == "reachable"].run_confirmed.all()
+npu = worst("npu-block-table")
+assert set(npu.status) == {"unreachable"} and (npu.margin > 100).all(), npu
+assert set(worst("dsa-page-table").status) == {"safe"}
