@@ -155,7 +155,7 @@ def run_bench(num_configs: int = 20_000, step_by_step_configs: int = 200, seed: 
     with one_torch_thread():
         say(f"bench: step-by-step against fast search on {len(subset)} table configurations")
         fast_s, slow_s = compare_searches(subset)
-        say("bench: closed form, alloc_decode, simulated runs")
+        say("bench: closed form, alloc_decode, simulated runs, the atlas")
         results: dict[str, Any] = {
             "machine": f"{sys.platform}, {os.cpu_count()} cores, torch {torch.__version__}",
             "executor": f"{executor.resolved(len(cases))} ({executor.num_workers()} workers)",
@@ -169,6 +169,7 @@ def run_bench(num_configs: int = 20_000, step_by_step_configs: int = 200, seed: 
             "alloc_decode_us_batch_256": {g.value: round(alloc_decode_us(g), 1) for g in Gather},
             "simulated_requests_per_s": _simulated_requests_per_s(),
             "peak_rss_mb": sweep_rss,
+            **_atlas_timing(executor),
         }
     return results
 
@@ -199,6 +200,15 @@ def _simulated_requests_per_s(seeds: int = 10) -> float:
         for seed in range(seeds):
             requests += len(simulate(config, workload, seed).requests)
     return round(requests / (time.perf_counter() - start), 1)
+
+
+def _atlas_timing(executor: Executor) -> dict[str, Any]:
+    """The atlas over its default grid, every boundary confirmed by execution (serving runs excluded)."""
+    from workbench.analysis.atlas import configurations, run_atlas
+
+    settings = len(configurations())
+    seconds = _seconds(lambda: run_atlas(executor=executor))
+    return {"atlas_settings": settings, "atlas_seconds": round(seconds, 3)}
 
 
 def format_bench(results: dict[str, Any]) -> str:
