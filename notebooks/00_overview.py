@@ -15,47 +15,88 @@
 #       allocator_max_batch: 3
 #       allocator_page_sizes:
 #       - 4
-#       context_lens:
+#       dsa_context_lens:
 #       - 60
 #       - 100
-#       draft_tokens:
+#       dsa_draft_tokens:
 #       - 0
 #       - 4
-#       page_sizes:
+#       dsa_page_sizes:
 #       - 16
+#       npu_context_lens:
+#       - 60
+#       - 100
+#       npu_draft_tokens:
+#       - 0
+#       - 4
+#       npu_page_sizes:
+#       - 16
+#       npu_width_gens:
+#       - g1
 # ---
 
 # %% [markdown]
 # # 00 · Design review: graph-captured KV metadata
 #
-# What this answers: **do the three seed failures reproduce on real torch tensors, which sizing
-# rules are safe where, and does every fix hold?** One figure per component, a table of the rules'
-# safety by mode, and assertions that make this notebook a regression test. Details per component
-# are in notebooks 01-03.
+# **What this answers:** do the three seed failures reproduce on real torch tensors, which sizing
+# rules of which backend are safe in which mode, and does every fix hold? It sweeps the same
+# configurations as the detailed notebooks (01: NPU block tables, 02: DSA page table, 03: the
+# allocator), so its table cannot contradict them (`tests/test_overview.py` checks that).
+#
+# **Words used here** (the [README's glossary](../README.md#glossary) has them all):
+# *seed* — one of the three real crashes this project reproduces (spec sections 2-4);
+# `ctx` — the context length; `ps` — the KV page size in tokens; `D` — draft tokens verified per
+# step; `W` — the request-to-token table's width (`ctx + 4 + D` in width generation g1);
+# `s` — a request's committed length; *overshoot* — how far `s` may pass `ctx - 1` for one step;
+# *modes* — `decode` (one new token), `target-verify` (the `D` drafts are read after `s`),
+# `draft-decode` (a drafter step), `draft-extend` (the drafter catches up on accepted tokens);
+# *fails at s = N* — the first committed length whose step raises; *fails silently* — nothing
+# raises, a kernel would read past the table.
+#
+# **Try in the explorer** at the end: switch `rule` to `req-to-token` and watch the crosses go;
+# type another context length (32768 is the QwQ seed) and press Enter.
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
+output_dir = "../reports"  # figures go to <output_dir>/figures/ (plotly JSON), the verdict table to <output_dir>/tables/
 cache_dir = "../data/cache"  # sweep cache (parquet); None computes everything afresh
 progress = False  # a tqdm bar for the sweep
-
-context_lens = [4080, 7919]  # small contexts keep the overview fast; 4080 + 16 is a page multiple
-page_sizes = [64, 128]
-draft_tokens = [0, 4, 16]
 overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
-allocator_page_sizes = [4, 128]
-allocator_max_batch = 6
+
+# The grids of notebooks 01 and 02 (their defaults; a superset is fine): page multiples (4096,
+# 32768), a context plus D that is one (4080 + 16 = 4096) and an odd context (7919).
+npu_context_lens = [4080, 7919, 32768]
+npu_page_sizes = [128]
+npu_draft_tokens = [0, 4, 16]
+npu_modes = ["decode", "target-verify", "draft-decode", "draft-extend"]
+npu_width_gens = ["g1", "g3"]
+dsa_context_lens = [4096, 7919]
+dsa_page_sizes = [64]
+dsa_draft_tokens = [0, 4, 6]
+dsa_modes = ["decode", "target-verify", "draft-extend"]
+dsa_replays = ["dynamic", "static"]
+# The grid of notebook 03.
+allocator_page_sizes = [4, 64, 128]
+allocator_max_batch = 8
 
 # %%
+from workbench.analysis.sweep import MODE_VALUES
+from workbench.model.geometry import WIDTH_GENERATIONS
 from workbench.present import notebook_params as check
 
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
-
-context_lens = check.check_ints("context_lens", context_lens, 2, 1 << 20)
-page_sizes = check.check_ints("page_sizes", page_sizes, 1, 4096)
-draft_tokens = check.check_ints("draft_tokens", draft_tokens, 0, 1024)
 overshoot = check.check_int("overshoot", overshoot, 0, 1024)
+npu_context_lens = check.check_ints("npu_context_lens", npu_context_lens, 2, 1 << 20)
+npu_page_sizes = check.check_ints("npu_page_sizes", npu_page_sizes, 1, 4096)
+npu_draft_tokens = check.check_ints("npu_draft_tokens", npu_draft_tokens, 0, 1024)
+npu_modes = check.check_choices("npu_modes", npu_modes, MODE_VALUES)
+npu_width_gens = check.check_choices("npu_width_gens", npu_width_gens, WIDTH_GENERATIONS)
+dsa_context_lens = check.check_ints("dsa_context_lens", dsa_context_lens, 2, 1 << 20)
+dsa_page_sizes = check.check_ints("dsa_page_sizes", dsa_page_sizes, 1, 4096)
+dsa_draft_tokens = check.check_ints("dsa_draft_tokens", dsa_draft_tokens, 0, 1024)
+dsa_modes = check.check_choices("dsa_modes", dsa_modes, MODE_VALUES)
+dsa_replays = check.check_choices("dsa_replays", dsa_replays, ("dynamic", "static"))
 allocator_page_sizes = check.check_ints("allocator_page_sizes", allocator_page_sizes, 2, 4096)
 allocator_max_batch = check.check_int("allocator_max_batch", allocator_max_batch, 3, 64)
 
@@ -63,7 +104,7 @@ allocator_max_batch = check.check_int("allocator_max_batch", allocator_max_batch
 import pandas as pd
 import plotly.io as pio
 
-from workbench.present.report import save_figure
+from workbench.present.report import save_figure, save_table
 
 # JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
 # show its figures offline too (plotly.js is inlined once per notebook).
@@ -71,60 +112,91 @@ pio.renderers.default = "plotly_mimetype+notebook"
 
 pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
+pd.set_option("display.max_colwidth", 90)
 
 
-def publish(fig, name):
-    """Write the figure for the report, then show it here."""
-    save_figure(fig, output_dir, name)
+def publish(fig, name, caption):
+    """Write the figure (and the one line the report prints under it), then show it here."""
+    save_figure(fig, output_dir, name, caption)
     fig.show()
 
 
 # %% [markdown]
 # ## The seed cases, reproduced
+#
+# Each seed before and after its fix: the outcome, torch's own message, and the boundary (the first
+# failing committed length found by executed bisection; "none" when no length fails).
 
 # %%
 from workbench.analysis.seeds import SEEDS
-from workbench.present.report import seed_rows
+from workbench.present.report import seed_rows, seed_table_frame
 
-seeds = pd.DataFrame(seed_rows(device))
-seeds
+seed_records = seed_rows(device)
+seeds = pd.DataFrame(seed_records)
+seed_table_frame(seed_records)
 
 # %% [markdown]
-# ## Sweep: both tables, every rule and mode
+# ## Sweeps: the detailed notebooks' grids, every rule and mode
 
 # %%
 from workbench.analysis.sweep import SweepGrid, allocator_exact_fit_sweep, run_sweep
 
-grid = SweepGrid(context_lens=context_lens, page_sizes=page_sizes, draft_tokens=draft_tokens,
-                 modes=("decode", "target-verify", "draft-decode", "draft-extend"), overshoot=overshoot)
-sweep = run_sweep(grid, device=device, cache_dir=cache_dir, progress=progress)
+npu_grid = SweepGrid(components=("npu-block-table",), context_lens=npu_context_lens, page_sizes=npu_page_sizes,
+                     draft_tokens=npu_draft_tokens, modes=npu_modes, width_gens=npu_width_gens, replays=("dynamic",),
+                     overshoot=overshoot)
+dsa_grid = SweepGrid(components=("dsa-page-table",), context_lens=dsa_context_lens, page_sizes=dsa_page_sizes,
+                     draft_tokens=dsa_draft_tokens, modes=dsa_modes, replays=dsa_replays, overshoot=overshoot)
+npu_sweep = run_sweep(npu_grid, device=device, cache_dir=cache_dir, progress=progress)
+dsa_sweep = run_sweep(dsa_grid, device=device, cache_dir=cache_dir, progress=progress)
+sweep = pd.concat([npu_sweep, dsa_sweep], ignore_index=True)
 exact_fit = allocator_exact_fit_sweep(allocator_page_sizes, allocator_max_batch, device=device)
-len(sweep), len(exact_fit)
+print(f"{len(npu_sweep)} NPU, {len(dsa_sweep)} DSA table configurations; {len(exact_fit)} allocator pools")
+
+# %% [markdown]
+# ## Verdict: which rules are safe where
+#
+# `safe (n of n)`: no committed length up to `ctx - 1 + overshoot` fails in any configuration swept.
+# `fails at s = N (...)`: a step raises; N is the first failing length of the configuration that
+# fails earliest past its context, then how many configurations fail. `fails silently`: nothing
+# raises but a kernel would read past the table (DSA's static replay; the CUDA allocator on a
+# short pool). `n/a`: the backend has no such graph in the sweep.
+
+# %%
+from workbench.present.verdicts import allocator_verdicts, safety_categories, safety_table
+
+safety = safety_table(sweep)
+allocator = allocator_verdicts(exact_fit)
+verdict = pd.concat([safety, allocator.rename(columns={"verdict": "decode"})]).fillna("n/a")
+save_table(verdict, output_dir, "00_verdict")
+verdict
 
 # %% [markdown]
 # ## One figure per component
+#
+# Each cell of a failure map is one configuration: green never fails, red fails with torch's
+# error, orange fails silently, grey is not a valid configuration; the number is the first failing
+# committed length `s`.
 
 # %%
 from workbench.present.plots import exact_fit_map, failure_map
 
-publish(failure_map(sweep[sweep.component == "npu-block-table"]), "00_npu_block_table_failures")
-publish(failure_map(sweep[sweep.component == "dsa-page-table"]), "00_dsa_page_table_failures")
-publish(exact_fit_map(exact_fit), "00_allocator_exact_fit")
+publish(failure_map(npu_sweep), "00_npu_block_table_failures",
+        "NPU block_tables: context fails in every mode where ctx is a page multiple (32768); "
+        "only req-to-token is green everywhere.")
+publish(failure_map(dsa_sweep), "00_dsa_page_table_failures",
+        "DSA page_table: the same lengths fail loudly in the dynamic replay (red) and silently in the static one (orange); "
+        "req-to-token never fails.")
+publish(exact_fit_map(exact_fit), "00_allocator_exact_fit",
+        "alloc_decode: npu-legacy fails (purple) at the exact fit (black dash) when a non-opening row follows the last "
+        "opening row; cuda-masked over-reads (orange) on short pools.")
 
 # %% [markdown]
-# ## Which rules are safe where (`fails` = some committed length up to `ctx - 1 + overshoot` fails)
-
-# %%
-safety = (
-    sweep.assign(fails=sweep.first_failing_seq_len.notna())
-    .pivot_table(index=["component", "rule"], columns="mode", values="fails", aggfunc="any")
-    .replace({True: "fails", False: "safe"})
-    .fillna("n/a")  # a mode the component has no graph for, or that needs drafts
-)
-safety
-
-# %% [markdown]
-# ## Explorer
+# ## Explorer: one step, live
+#
+# The controls set a configuration; the line under them is the executed probe at the longest
+# committed length (`ctx - 1 + overshoot`), the figure the request's last steps (crosses: failing
+# steps). **Try:** switch `rule` from `context` to `req-to-token`; type a context length into
+# *context len* and press Enter, or move *presets* (4k ... 1M); raise *overshoot*.
 
 # %%
 from workbench.present.explorer import explorer
@@ -148,9 +220,13 @@ assert pd.isna(boundaries["npu-block-table", "after"]) and pd.isna(boundaries["d
 # %%
 # Every boundary was confirmed by executing the failing step and the passing one below it.
 assert sweep.confirmed.all(), sweep[~sweep.confirmed]
-# req-to-token never fails; the original context rule fails in target-verify for both tables.
-assert not (safety.xs("req-to-token", level="rule") == "fails").any().any()
-assert (safety.xs("context", level="rule")["target-verify"] == "fails").all()
+words = safety_categories(safety)
+# req-to-token is safe in every mode of both tables; the original context rule fails in target-verify.
+assert (words.xs("req-to-token", level="rule").isin(["safe", "n/a"])).all().all(), words
+assert (words.xs("context", level="rule")["target-verify"] != "safe").all(), words
+# The static DSA replay never raises: its failures are silent.
+static = [b for b in words.index.get_level_values("backend") if "static" in b]
+assert all(v in ("safe", "fails silently", "n/a") for b in static for v in words.loc[b].to_numpy().ravel())
 # The allocator: the legacy gather breaks on an exactly full pool, the clamped fix never fails.
 assert (exact_fit[exact_fit.gather == "npu-legacy"].outcome == "index-error").any()
 assert not exact_fit[exact_fit.gather == "npu-clamped"].outcome.isin(["index-error", "silent-overread"]).any()

@@ -32,6 +32,17 @@
 # `block_tables` sizing rule fail, how does it fail, and what does the safe width cost?**
 # `context` is the engine before the first seed's fix, `context-plus-draft` the fix itself,
 # `req-to-token` the later tightening (`max(.., cdiv(W, ps))`).
+#
+# **Words used here** ([README glossary](../README.md#glossary)): `ctx` context length; `ps` page
+# size (tokens); `D` draft tokens verified per step; `W` the request-to-token table's width
+# (`ctx + 4 + D` in width generation g1; g2/g3 are later engine versions that widen it); `s` a
+# request's committed length; *overshoot* — how far `s` may pass `ctx - 1` for one step;
+# `cdiv(a, b)` — `a / b` rounded up; *modes* — `decode`, `target-verify` (the `D` drafts are read
+# after `s`), `draft-decode` (a drafter step), `draft-extend`; *seed* — the real crash reproduced here.
+#
+# **Try in the explorer** (end of the notebook): at the QwQ seed (ctx 32768, ps 128, D 16) switch
+# `rule` to `req-to-token`: the crosses go and the line turns green (`buffer=257`); set `mode` to
+# `decode` and `rule` back to `context`: a page-multiple context fails there too, by the overshoot.
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
@@ -82,9 +93,9 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name):
-    """Write the figure for the report, then show it here."""
-    save_figure(fig, output_dir, name)
+def publish(fig, name, caption):
+    """Write the figure (and the one line the report prints under it), then show it here."""
+    save_figure(fig, output_dir, name, caption)
     fig.show()
 
 
@@ -108,14 +119,20 @@ from workbench.analysis.cases import parse_case
 from workbench.analysis.memory import load_presets, memory_table
 from workbench.analysis.seeds import SEEDS
 from workbench.analysis.sweep import request_trace
-from workbench.present.plots import failure_map, memory_overhead, request_trace_plot
+from workbench.present.plots import failure_map, fix_cost_plot, request_trace_plot
+from workbench.present.verdicts import fix_cost
 
-publish(failure_map(sweep), "01_npu_failure_map")
-publish(memory_overhead(sweep), "01_npu_memory_overhead")
+publish(failure_map(sweep), "01_npu_failure_map",
+        "Where each block_tables rule first fails: context fails in every mode at ctx 32768; "
+        "context-plus-draft only in target-verify where ctx + D is a page multiple (4080 + 16); req-to-token never.")
 memory = memory_table(load_presets(), components=("npu-block-table",))
 display(memory[["preset", "rule", "buffer_width", "min_safe_width", "bytes", "share_of_kv_budget"]])
+publish(fix_cost_plot(fix_cost(memory, baseline="context")), "01_npu_fix_cost",
+        "What the fixes cost: one page per graph row over the context rule, under a billionth of the KV budget; "
+        "both fixes take the same bytes.")
 seed_case = parse_case(SEEDS[0].before)
-publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "01_npu_seed_trace")
+publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "01_npu_seed_trace",
+        "The QwQ seed: under the context rule every verify from s = 32753 reads more tokens than the 256 pages hold.")
 
 # %%
 from workbench.devices.hardware_check import load_hardware_results, memory_overlay
@@ -140,7 +157,11 @@ if measure_memory:
     assert (sweep.measured_bytes >= sweep.buffer_bytes).all()
 
 # %% [markdown]
-# ## Explorer
+# ## Explorer: one step, live
+#
+# The line under the controls is the executed probe at the longest committed length
+# (`ctx - 1 + overshoot`); the figure traces that request's last steps (crosses: failing steps).
+# Type a context length and press Enter, or move *presets* (4k ... 1M).
 
 # %%
 from workbench.present.explorer import explorer

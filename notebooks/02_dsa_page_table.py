@@ -29,6 +29,18 @@
 # dynamic and the static replay, and what does the safe width (`W`) cost?** `context` is the
 # original backend, `context-plus-draft` the first fix, `req-to-token` the second seed's fix.
 # A static replay never raises: its failures are silent over-reads.
+#
+# **Words used here** ([README glossary](../README.md#glossary)): `ctx` context length; `ps` page
+# size (tokens); `D` draft tokens verified per step; `W` the request-to-token table's width
+# (`ctx + 4 + D` in width generation g1; g2/g3 are later engine versions that widen it); `s` a
+# request's committed length; *overshoot* — how far `s` may pass `ctx - 1` for one step;
+# `cdiv(a, b)` — `a / b` rounded up; *modes* — `decode`, `target-verify` (the `D` drafts are read
+# after `s`), `draft-decode` (a drafter step), `draft-extend`; *seed* — the real crash reproduced here.
+# *dynamic replay* — the copy's width follows the step (a mismatch raises); *static replay* —
+# every step copies the whole width and the kernel bounds its reads (a too narrow table is read past).
+#
+# **Try in the explorer**: at the GLM-5.2 seed (ctx 90000, ps 64, D 6, `context-plus-draft`) the
+# step at s = 90001 fails; switch `rule` to `req-to-token`; set *overshoot* to 0 and back.
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
@@ -82,9 +94,9 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name):
-    """Write the figure for the report, then show it here."""
-    save_figure(fig, output_dir, name)
+def publish(fig, name, caption):
+    """Write the figure (and the one line the report prints under it), then show it here."""
+    save_figure(fig, output_dir, name, caption)
     fig.show()
 
 
@@ -108,13 +120,19 @@ from workbench.analysis.cases import parse_case
 from workbench.analysis.memory import load_presets, memory_table
 from workbench.analysis.seeds import SEEDS
 from workbench.analysis.sweep import request_trace
-from workbench.present.plots import failure_map, kv_budget_share, request_trace_plot
+from workbench.present.plots import failure_map, fix_cost_plot, request_trace_plot
+from workbench.present.verdicts import fix_cost
 
-publish(failure_map(sweep), "02_dsa_failure_map")
+publish(failure_map(sweep), "02_dsa_failure_map",
+        "Where each page_table rule first fails: the static replay (orange) fails at exactly the dynamic one's lengths (red), "
+        "silently; req-to-token never.")
 memory = memory_table(load_presets(), components=("dsa-page-table",))
-publish(kv_budget_share(memory), "02_dsa_kv_budget_share")
+publish(fix_cost_plot(fix_cost(memory, baseline="context")), "02_dsa_fix_cost",
+        "What the fixes cost over the context rule: ctx + D and W = ctx + 4 + D tokens per row instead of ctx; "
+        "at most about 160 parts per billion of the KV budget.")
 seed_case = parse_case(SEEDS[1].before)
-publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "02_dsa_seed_trace")
+publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "02_dsa_seed_trace",
+        "The GLM-5.2 seed: with ctx + D = 90006 tokens the verify at s = 90001 (one token of overshoot) reads 90007.")
 
 # %%
 from workbench.devices.hardware_check import load_hardware_results, memory_overlay
@@ -139,7 +157,11 @@ if measure_memory:
     assert (sweep.measured_bytes >= sweep.buffer_bytes).all()
 
 # %% [markdown]
-# ## Explorer
+# ## Explorer: one step, live
+#
+# The line under the controls is the executed probe at the longest committed length
+# (`ctx - 1 + overshoot`); the figure traces that request's last steps (crosses: failing steps).
+# Type a context length and press Enter, or move *presets* (4k ... 1M).
 
 # %%
 from workbench.present.explorer import explorer

@@ -23,6 +23,17 @@
 # What this answers: **on which batches and free-pool sizes does each gather of `alloc_decode`
 # fail, and how?** `npu-legacy` gathers for every row, `npu-clamped` is the third seed's fix,
 # `cuda-masked` is the CUDA kernel (only page-opening rows read; capacity checked afterwards).
+#
+# **Words used here** ([README glossary](../README.md#glossary)): `ps` page size (tokens);
+# *opener* — a row whose new token opens a page (`seq_len % ps == 1`; `o` in a batch pattern, `.`
+# for a row that does not); *free pages* — the free list `alloc_decode` takes pages from;
+# *exact fit* — a pool holding exactly the pages the batch opens; *spare pages* — free pages beyond
+# that (negative: a real shortage); *gather* — how `alloc_decode` reads the free list; *seed* — the
+# spec's test vector (`ps = 4`, `seq_lens = [5, 10, 7]`, one free page).
+#
+# **Try in the explorer**: the seed batch under `npu-legacy` raises `IndexError`; switch `gather`
+# to `npu-clamped` (`out_cache_loc=[44, 21, 30]`); move *spare pages* to 1 (legacy works again)
+# and to -1 (`cuda-masked` over-reads before it returns None); type another *batch rows* count.
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
@@ -61,9 +72,9 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name):
-    """Write the figure for the report, then show it here."""
-    save_figure(fig, output_dir, name)
+def publish(fig, name, caption):
+    """Write the figure (and the one line the report prints under it), then show it here."""
+    save_figure(fig, output_dir, name, caption)
     fig.show()
 
 
@@ -83,10 +94,16 @@ exact_fit.assign(fit=(exact_fit.free_pages - exact_fit.pages_needed).clip(-1, 1)
 # %%
 from workbench.present.plots import exact_fit_map
 
-publish(exact_fit_map(exact_fit), "03_allocator_exact_fit")
+publish(exact_fit_map(exact_fit), "03_allocator_exact_fit",
+        "Each gather on every batch and pool around the exact fit (black dash): npu-legacy fails (purple) only at the exact "
+        "fit of batches that open a page but end in a row that opens none; npu-clamped never fails; "
+        "cuda-masked over-reads (orange) on short pools.")
 
 # %% [markdown]
-# ## Explorer
+# ## Explorer: one `alloc_decode` call, live
+#
+# The line under the controls is the executed call (its batch, free list and result); the figure is
+# the sweep of the chosen page size with the explored state circled.
 
 # %%
 from workbench.present.explorer import explorer
@@ -106,6 +123,11 @@ seed = SEEDS[2]
 assert probe(parse_case(seed.before), device).error == seed.expected_error
 after = probe(parse_case(seed.after), device)
 assert after.outcome.value == "ok" and after.out_cache_loc == [44, 21, 30] and after.free_pages_after == []
+# The explorer's seed batch is the seed's own vector.
+from workbench.present.explorer import ExplorerState, explore
+
+shown = explore(ExplorerState(component="allocator", page_size=4, gather="npu-clamped"), device, with_figure=False)
+assert shown.case.seq_lens == (5, 10, 7) and shown.result.out_cache_loc == [44, 21, 30], shown.summary
 
 # %%
 # Where each gather fails, from the spec (section 4), per row of the sweep:

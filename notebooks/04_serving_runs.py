@@ -42,6 +42,16 @@
 # admission conservativeness move. All logic lives in `workbench.sim.simulate`,
 # `workbench.sim.simulate_summary` and `workbench.sim.workload`; this notebook only sets parameters,
 # calls them, plots and asserts.
+#
+# **Words used here** ([README glossary](../README.md#glossary)): *step* — one scheduler iteration
+# (a decode or a verify of every running request); *committed length* — tokens a request holds;
+# *acceptance* — how many of the `D` drafts a verify accepts (`fixed:K`, or geometric with a rate);
+# *conservativeness* — how much of a request's remaining output admission reserves (0: optimistic,
+# so pools run exactly full); *exact fit* — a decode step that needs exactly the free pages;
+# *seed* — here the random seed of a run (and, in section 1, the QwQ crash of the spec).
+#
+# **Try in the explorer** (section 4): `qwq` under `context`, then `req-to-token`; `exact-fit`
+# under `npu-legacy`, then `npu-clamped`; type another seed.
 
 # %% tags=["parameters"]
 seeds = 8  # runs per point of every sweep (seeds 0 .. seeds - 1)
@@ -52,7 +62,7 @@ draft_token_values = [2, 4, 6, 8, 12, 16]
 acceptance_rates = [0.2, 0.4, 0.6, 0.8, 0.95]
 conservativeness_values = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
 device = "cpu"
-output_dir = "reports"
+output_dir = "../reports"  # figures go to <output_dir>/figures/, as in notebooks 00-03
 
 
 # %%
@@ -72,6 +82,7 @@ def _check_parameters() -> None:
 _check_parameters()
 
 # %%
+import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -82,7 +93,7 @@ from workbench.devices.device import resolve_device
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.present.report import save_figure
 from workbench.sim.simulate import simulate
-from workbench.sim.simulate_summary import explore, records_frame, requests_frame, sweep
+from workbench.sim.simulate_summary import records_frame, requests_frame, sweep
 from workbench.sim.workload import Acceptance, LengthDist, SimConfig, Workload, exact_fit_scenario, qwq_scenario
 
 # JupyterLab draws the plotly bundle; the HTML copy lets nbconvert show figures offline too.
@@ -91,9 +102,12 @@ pio.renderers.default = "plotly_mimetype+notebook"
 device = str(resolve_device(device))
 
 
-def save(fig: go.Figure, name: str) -> go.Figure:
-    """Write the figure for the report (as every notebook does), then hand it back to show."""
-    save_figure(fig, output_dir, f"04_{name}")
+def save(fig: go.Figure, name: str, caption: str) -> go.Figure:
+    """Write the figure (and the one line the report prints under it), then hand it back to show."""
+    fig.update_layout(width=1100, font={"family": "DejaVu Sans, Arial, sans-serif", "size": 12}, plot_bgcolor="white")
+    fig.update_xaxes(gridcolor="#eeeeee")
+    fig.update_yaxes(gridcolor="#eeeeee")
+    save_figure(fig, output_dir, f"04_{name}", caption)
     return fig
 
 
@@ -128,16 +142,19 @@ geo = Acceptance(kind="geometric", rate=0.6)
 geo_runs = {rule: simulate(qwq_config.replace(rule=rule, acceptance=geo), qwq_workload, qwq_seed, device=device)
             for rule in ("context", "req-to-token")}
 steps = [requests_frame(run).assign(rule=rule) for rule, run in geo_runs.items()]
-import pandas as pd
-
-qwq_steps = pd.concat(steps, ignore_index=True)
-fig = px.line(qwq_steps, x="step", y="committed", color="req_id", facet_col="rule", markers=True,
-              title="QwQ-32B, D=16: committed length per request and verify step (geometric 0.6)")
-fig.add_hline(y=boundary.first_failing_seq_len, line_dash="dot", annotation_text="boundary 32753")
+qwq_steps = pd.concat(steps, ignore_index=True).assign(request=lambda f: "request " + f["req_id"].astype(str))
+fig = px.line(qwq_steps, x="step", y="committed", color="request", facet_col="rule", markers=True, height=480,
+              labels={"step": "verify step", "committed": "committed length (tokens)", "request": "request"},
+              title="QwQ-32B, D=16: committed length per request and verify step (geometric acceptance 0.6)")
+fig.for_each_annotation(lambda a: a.update(text="rule " + a.text.split("=")[-1]))
+fig.add_hline(y=boundary.first_failing_seq_len, line_dash="dot", annotation_text=f"boundary {boundary.first_failing_seq_len}",
+              annotation_position="bottom right")
 failed = qwq_steps[qwq_steps["failing"]]
 fig.add_scatter(x=failed["step"], y=failed["committed"], mode="markers", marker_symbol="x", marker_size=14,
-                marker_color="red", name="first failure", row=1, col=1)
-save(fig, "qwq_run")
+                marker_color="#c62828", name="first failure (shape-error)", row=1, col=1)
+fig.update_yaxes(tickformat=",d")
+save(fig, "qwq_run", "Under the context rule the run fails at the first verify whose longest request reaches s = 32753; "
+     "under req-to-token the same seed completes.")
 
 # %% [markdown]
 # ## 2. The exact-fit pool: `npu-legacy` against `npu-clamped` and `cuda-masked`
@@ -156,12 +173,16 @@ for g in ("npu-clamped", "cuda-masked"):
     print(g, fit_runs[g].stop_reason, len(fit_runs[g].records), "steps,",
           sum(r.exact_fit for r in fit_runs[g].records), "exact-fit steps")
 fit_steps = records_frame(fit_runs["npu-clamped"])[["step", "free_pages_before", "new_pages", "exact_fit"]]
-fig = px.line(fit_steps.melt(id_vars=["step", "exact_fit"], var_name="pages", value_name="count"),
-              x="step", y="count", color="pages", title="npu-clamped run: free pages and pages a step opens")
+pages = fit_steps.rename(columns={"free_pages_before": "free pages before the step", "new_pages": "pages the step opens"})
+fig = px.line(pages.melt(id_vars=["step", "exact_fit"], var_name="series", value_name="pages"), x="step", y="pages",
+              color="series", height=450, labels={"step": "decode step", "pages": "pages (pages)", "series": "series"},
+              title="npu-clamped run: free pages and the pages each step opens")
 exact = fit_steps[fit_steps["exact_fit"]]
-fig.add_scatter(x=exact["step"], y=exact["new_pages"], mode="markers", marker_size=10, name="exact fit")
-fig.add_vline(x=legacy_failure.step, line_dash="dot", annotation_text="npu-legacy index-error")
-save(fig, "exact_fit")
+fig.add_scatter(x=exact["step"], y=exact["new_pages"], mode="markers", marker_size=10, name="exact fit (opens all free pages)")
+fig.add_vline(x=legacy_failure.step, line_dash="dot", annotation_text="npu-legacy fails here (index-error)")
+fig.update_yaxes(rangemode="tozero")
+save(fig, "exact_fit", "Where the two lines meet the pool is exactly full: npu-legacy fails at the first such step, "
+     "npu-clamped runs through all of them.")
 
 # %% [markdown]
 # ## 3. Share of failing runs, across seeds
@@ -195,40 +216,47 @@ shares
 # `npu-legacy`: optimistic admission keeps the pool full.
 
 # %%
-metrics = shares.melt(id_vars=["param", "value", "variant"], value_vars=["share", "median_first_failing_step"],
-                      var_name="metric", value_name="y")
-fig = px.line(metrics, x="value", y="y", color="variant", facet_col="param", facet_row="metric", markers=True,
-              title=f"Share of failing runs out of {seeds} seeds, and the median first failing step")
-fig.update_xaxes(matches=None, showticklabels=True)
-fig.update_yaxes(matches=None)
-save(fig, "share_sweeps")
+params = ["context_len", "draft_tokens", "acceptance_rate", "conservativeness"]
+units = {"context_len": "context length (tokens)", "draft_tokens": "draft tokens D (tokens)",
+         "acceptance_rate": "acceptance rate (probability)", "conservativeness": "conservativeness (ratio)"}
+
+
+def per_parameter(column: str, y_title: str, title: str) -> go.Figure:
+    """One panel per swept parameter, each with its own x axis and unit."""
+    figure = px.line(shares, x="value", y=column, color="variant", facet_col="param", markers=True, height=430,
+                     category_orders={"param": params}, labels={column: y_title, "variant": "rule / gather"},
+                     title=title, facet_col_spacing=0.06)
+    figure.update_xaxes(matches=None, showticklabels=True)
+    figure.for_each_annotation(lambda a: a.update(text=""))  # the x titles say which parameter
+    for i, param in enumerate(params, start=1):
+        figure.layout[f"xaxis{'' if i == 1 else i}"].title.text = units[param]
+    figure.update_layout(legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0}, margin={"b": 120})
+    return figure
+
+
+fig = per_parameter("share", "share of failing runs (fraction)", f"Share of failing runs out of {seeds} seeds, per swept parameter")
+fig.update_yaxes(range=[-0.02, 1.02])
+save(fig, "share_sweeps", "Context length and draft tokens move whether a run fails; conservativeness moves npu-legacy's "
+     "exact-fit failures; the fixed rule and gather never fail.")
+fig = per_parameter("median_first_failing_step", "median first failing step (steps)",
+                    f"Median first failing step over the failing runs of {seeds} seeds")
+fig.update_yaxes(rangemode="tozero")
+save(fig, "first_failing_step", "The acceptance rate mostly moves when a run fails: bigger jumps reach the failing window "
+     "in fewer steps.")
 
 # %% [markdown]
 # ## 4. Explorer
 #
-# Widgets wrap `workbench.sim.simulate_summary.explore` (the same function the tests call): a scenario, a rule,
-# a gather, a seed, and one parameter changed.
+# The explorer wraps `workbench.sim.simulate_summary.explore` (the same function the tests call): a
+# scenario, a rule, a gather, a seed, and one parameter changed. The line under the controls
+# summarises the run; the figure draws each request's committed length per step, the first failing
+# step circled. **Try:** `qwq` with rule `context`, then `req-to-token`; `exact-fit` with gather
+# `npu-legacy`, then `npu-clamped`; type another seed and press Enter.
 
 # %%
-import ipywidgets as widgets
+from workbench.present.run_explorer import run_explorer
 
-
-def show(scenario: str, rule: str, gather: str, seed: int, conservativeness: float, acceptance_rate: float) -> None:
-    changes = {"conservativeness": conservativeness}
-    if scenario == "qwq":
-        changes["acceptance_rate"] = acceptance_rate
-    shown = explore(scenario, rule=rule, gather=gather, seed=seed, changes=changes, device=device)
-    print({k: shown.summary[k] for k in ("steps", "stop_reason", "first_failing_step", "failing_request",
-                                         "failing_committed_len", "outcome", "exact_fit_steps", "retractions")})
-    px.line(shown.steps, x="step", y="committed", color="req_id").show()
-
-
-widgets.interactive(
-    show, scenario=["exact-fit", "qwq"], rule=["context", "context-plus-draft", "req-to-token"],
-    gather=["npu-legacy", "npu-clamped", "cuda-masked"], seed=widgets.IntSlider(1, 0, 20),
-    conservativeness=widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.25),
-    acceptance_rate=widgets.FloatSlider(value=0.6, min=0.0, max=1.0, step=0.1),
-)
+run_explorer(device=device)
 
 # %% [markdown]
 # ## 5. Assertions

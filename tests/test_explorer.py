@@ -103,3 +103,55 @@ def test_allocator_widgets_offer_gather_and_batch() -> None:
     assert ui.view.result.outcome.value == "ok"
     ui.controls["batch"].value = "all open"
     assert ui.view.case is not None and ui.view.case.seq_lens == (5, 9, 13, 17)
+
+
+def _figure_title(ui: Explorer) -> str:
+    return str(ui.panel.figure.widget.layout.title.text)
+
+
+def test_the_figure_widget_is_redrawn_in_place() -> None:
+    """The explorer's own figure (a FigureWidget, made once) takes every new state's traces."""
+    pytest.importorskip("ipywidgets")
+    ui = Explorer(ExplorerState(context_len=300, page_size=16, draft_tokens=4))
+    widget = ui.panel.figure.widget
+    # ctx 300, ps 16, D 4, s = 301: cdiv(300, 16) = 19 pages = 304 tokens; the verify reads 305.
+    assert "rule context" in _figure_title(ui) and "s = 301: shape-error" in _figure_title(ui)
+    assert any(t.name == "step fails: shape-error" for t in widget.data)
+    ui.controls["rule"].value = "req-to-token"
+    assert ui.panel.figure.widget is widget
+    # req-to-token: max(cdiv(300 + 15 + 4, 16), cdiv(W = 308, 16)) = 20 pages = 320 tokens.
+    assert "rule req-to-token" in _figure_title(ui) and "s = 301: ok" in _figure_title(ui)
+    assert not any((t.name or "").startswith("step fails") and len(t.x) for t in widget.data)
+    capacity = next(t for t in widget.data if t.name == "buffer capacity")
+    assert set(capacity.y) == {320}
+
+
+def test_a_preset_writes_the_context_length() -> None:
+    pytest.importorskip("ipywidgets")
+    ui = Explorer(ExplorerState(context_len=90000, component="dsa-page-table", page_size=64, draft_tokens=6))
+    presets = ui.shortcuts["context_preset"]
+    assert 90000 in [value for _, value in presets.options]  # the start value is one of the stops
+    presets.value = 1 << 20
+    assert ui.controls["context_len"].value == 1 << 20 and ui.state.context_len == 1 << 20
+    assert "ctx 1,048,576" in _figure_title(ui)
+
+
+def test_the_seed_batch_is_the_seed_vector() -> None:
+    """Spec section 4: ps 4, seq_lens [5, 10, 7], last_loc [11, 20, 29], one free page [11]."""
+    legacy = explore(ExplorerState(component="allocator", page_size=4, gather="npu-legacy"), with_figure=False)
+    assert legacy.case is not None and legacy.case.seq_lens == (5, 10, 7) and legacy.case.free_pages == (11,)
+    assert legacy.result is not None and legacy.result.error == "index 1 is out of bounds for dimension 0 with size 1"
+    clamped = explore(ExplorerState(component="allocator", page_size=4, gather="npu-clamped"), with_figure=False)
+    assert clamped.result is not None and clamped.result.out_cache_loc == [44, 21, 30]
+    assert "seq_lens=[5, 10, 7]" in clamped.summary and "out_cache_loc=[44, 21, 30]" in clamped.summary
+    # One spare page: the legacy gather reads free_pages[1] = 12 for the rows that open none, masked out.
+    spare = explore(ExplorerState(component="allocator", page_size=4, gather="npu-legacy", spare_pages=1), with_figure=False)
+    assert spare.result is not None and spare.result.out_cache_loc == [44, 21, 30]
+
+
+def test_typing_a_batch_row_count_changes_the_batches() -> None:
+    pytest.importorskip("ipywidgets")
+    ui = Explorer(ExplorerState(component="allocator", page_size=4, max_batch=4, batch="all open"))
+    ui.controls["max_batch"].value = 6
+    assert ui.view is not None and ui.view.case is not None and ui.view.case.seq_lens == (5, 9, 13, 17, 21, 25)
+    assert "explored state" in [t.name for t in ui.panel.figure.widget.data]

@@ -9,12 +9,13 @@ from workbench.analysis.cases import TableCase
 from workbench.analysis.memory import load_presets, memory_table
 from workbench.analysis.sweep import SweepGrid, allocator_exact_fit_sweep, request_trace, run_sweep
 from workbench.model.geometry import Mode, ServingGeometry
-from workbench.present.plots import exact_fit_map, failure_map, kv_budget_share, memory_overhead, request_trace_plot
+from workbench.present.plots import exact_fit_map, failure_map, fix_cost_plot, request_trace_plot
+from workbench.present.verdicts import VERDICTS, fix_cost
 
 
 @pytest.fixture(scope="module")
 def sweep() -> pd.DataFrame:
-    grid = SweepGrid(context_lens=(40, 67), page_sizes=(1, 16), draft_tokens=(0, 3), replays=("dynamic",))
+    grid = SweepGrid(context_lens=(40, 67), page_sizes=(1, 16), draft_tokens=(0, 3))
     return run_sweep(grid, cache_dir=None, progress=False)
 
 
@@ -29,25 +30,40 @@ def _labelled(fig: object) -> None:
 def test_failure_map_has_one_heatmap_per_mode_and_page_size(sweep: pd.DataFrame) -> None:
     fig = failure_map(sweep)
     assert [t.type for t in fig.data] == ["heatmap"] * 4  # 2 modes x 2 page sizes
-    assert {a.text for a in fig.layout.annotations} == {"page_size=1", "page_size=16", "mode=decode", "mode=target-verify"}
+    assert {a.text for a in fig.layout.annotations} == {
+        f"{m} · page size {p}" for m in ("decode", "target-verify") for p in (1, 16)}
     _labelled(fig)
-    assert fig.layout.coloraxis.colorbar.title.text
+    verify_ps16 = next(t for t in fig.data if t.name == "target-verify, ps=16")
+    assert list(verify_ps16.x) == ["40", "67"]
+    # Every panel has the same rows in the same order.
+    assert len({tuple(t.y) for t in fig.data}) == 1
+    # ctx 40, ps 1, D 3, context rule: cdiv(40, 1) = 40 tokens; a verify at s reads s + 3, so s = 38
+    # is the first failing committed length (within ctx - 1 + overshoot 2 = 41): the cell says 38, red.
     verify_ps1 = next(t for t in fig.data if t.name == "target-verify, ps=1")
-    assert list(verify_ps1.x) == ["40", "67"]
+    labels = list(verify_ps1.y)
+    for backend in ("npu-block-table", "dsa-page-table (dynamic replay)"):
+        row = labels.index(f"{backend} · context · D=3")
+        assert verify_ps1.text[row][0] == "38" and verify_ps1.z[row][0] == VERDICTS.index("fails")
+        # req-to-token is W = 40 + 4 + 3 = 47 tokens wide: no committed length up to 41 fails.
+        safe = labels.index(f"{backend} · req-to-token · D=3")
+        assert verify_ps1.text[safe][0] == "" and verify_ps1.z[safe][0] == VERDICTS.index("safe")
+    # The static DSA replay fails at the same length, silently.
+    row = labels.index("dsa-page-table (static replay) · context · D=3")
+    assert verify_ps1.text[row][0] == "38" and verify_ps1.z[row][0] == VERDICTS.index("fails silently")
+    # D = 0 has no verify graph: grey, "n/a".
+    assert verify_ps1.text[labels.index("npu-block-table · context · D=0")][0] == "n/a"
 
 
-def test_memory_overhead_is_log_scaled_per_rule(sweep: pd.DataFrame) -> None:
-    fig = memory_overhead(sweep)
-    assert fig.layout.yaxis.type == "log"
-    assert {t.legendgroup for t in fig.data} == {
-        f"{r}, {c}" for r in ("context", "context-plus-draft", "req-to-token") for c in ("npu-block-table", "dsa-page-table")}
-    _labelled(fig)
-
-
-def test_kv_budget_share_has_a_bar_trace_per_rule_and_component() -> None:
-    fig = kv_budget_share(memory_table(load_presets()))
-    assert len(fig.data) == 3 * 2 and {t.type for t in fig.data} == {"bar"}
-    assert len(fig.data[0].x) == len(load_presets())
+def test_fix_cost_plot_starts_bars_at_zero_and_names_coinciding_rules() -> None:
+    memory = memory_table(load_presets(), components=("npu-block-table",))
+    fig = fix_cost_plot(fix_cost(memory, baseline="context"))
+    assert {t.type for t in fig.data} == {"bar"} and {t.name for t in fig.data} == {"context-plus-draft", "req-to-token"}
+    assert fig.layout.yaxis.rangemode == "tozero" and fig.layout.yaxis2.rangemode == "tozero"
+    # QwQ-32B (ctx 32768, ps 128, D 16): (32768 + 127 + 16) // 128 = 257 pages against cdiv(32768, 128) = 256.
+    bytes_trace = fig.data[0]
+    qwq = list(bytes_trace.x).index("QwQ-32B")
+    assert bytes_trace.y[qwq] % 4 == 0 and bytes_trace.y[qwq] > 0
+    assert "context-plus-draft and req-to-token take the same bytes" in fig.layout.title.text
     _labelled(fig)
 
 
@@ -55,9 +71,14 @@ def test_exact_fit_map_facets_per_gather() -> None:
     frame = allocator_exact_fit_sweep(page_sizes=(4,), max_batch=3)
     fig = exact_fit_map(frame)
     outcomes_per_gather = frame.groupby("gather").outcome.nunique().sum()
-    assert len(fig.data) == outcomes_per_gather + 3  # one pages-needed trace per panel
-    assert {a.text for a in fig.layout.annotations} == {"gather=npu-legacy", "gather=npu-clamped", "gather=cuda-masked",
-                                                        "page_size=4"}
+    drawn = [t for t in fig.data if len(t.x)]
+    assert len(drawn) == outcomes_per_gather + 3  # one pages-needed trace per panel
+    assert {t.name for t in fig.data if t.showlegend is not False} == set(frame.outcome) | {"pages the batch opens (exact fit)"}
+    assert {a.text for a in fig.layout.annotations} == {f"{g} · page size 4" for g in ("npu-legacy", "npu-clamped", "cuda-masked")}
+    # The same batch order on every panel's x axis.
+    layout = fig.layout.to_plotly_json()
+    orders = {tuple(axis["categoryarray"]) for name, axis in layout.items() if name.startswith("xaxis")}
+    assert len(orders) == 1 and len(next(iter(orders))) == frame.pattern.nunique()
     _labelled(fig)
 
 
@@ -66,6 +87,9 @@ def test_request_trace_plot_marks_failing_steps() -> None:
     trace = request_trace(TableCase(component="npu-block-table", geometry=geometry, rule="context",
                                     mode=Mode.TARGET_VERIFY), steps=30)
     fig = request_trace_plot(trace)
-    assert [t.name for t in fig.data][-1] == "step fails: shape-error"
-    assert len(fig.data) == 4 and len(fig.data[-1].x) == 20  # s = 241 .. 260 fail
+    drawn = [t for t in fig.data if len(t.x)]
+    assert [t.name for t in drawn][-1] == "step fails: shape-error"
+    # cdiv(256, 64) = 4 pages = 256 tokens; a verify at s reads s + 16 > 256 from s = 241 to the bound W - D = 260.
+    assert len(drawn) == 4 and list(drawn[-1].x) == list(range(241, 261))
+    assert [t.name for t in fig.data if t.showlegend is not False][-1] == "step fails: shape-error"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text

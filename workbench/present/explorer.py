@@ -1,35 +1,48 @@
-"""The notebooks' interactive explorer: sliders and dropdowns around one executed probe.
+"""The notebooks' interactive explorer: controls around one executed probe.
 
 Everything the widgets show comes from ``explore(state)``, a plain function of a frozen
 ``ExplorerState``: it builds the case, executes the probe and draws the figure with the library's
-sweep and plot functions. The widget layer only reads its controls into a state and displays the
-returned ``ExplorerView``, so tests exercise exactly what a notebook user sees without a kernel.
+sweep and plot functions. The widget layer (``Explorer``, a ``workbench.present.live.LivePanel``)
+only reads its controls into a state and shows the returned ``ExplorerView``, so tests exercise
+exactly what a notebook user sees, with or without a kernel.
 
 Table components: the request runs to its longest committed length, ``ctx - 1 + overshoot``
 (clamped to what the request table holds in the mode), and the figure traces its last steps.
 Allocator: one of the sweep's named decode batches meets a free list with ``spare_pages`` pages
-more than it opens (0 is the exact fit of the third seed case; -1 a real shortage).
+more than it opens (0 is the exact fit; -1 a real shortage). The batch whose pattern is the third
+seed's, at the seed's page size, is the seed's own vector (``seq_lens [5, 10, 7]``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.analysis.cases import AllocatorCase, Case, TableCase
+from workbench.analysis.cases import AllocatorCase, Case, TableCase, parse_case
 from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
 from workbench.analysis.probe import probe
+from workbench.analysis.seeds import EXACT_FIT
 from workbench.analysis.sweep import allocator_exact_fit_sweep, request_trace
 from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
 from workbench.model.allocator import Gather
 from workbench.model.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
+from workbench.present.live import Drawn, LivePanel, length_control
 
 PAGE_SIZES = (1, 4, 16, 64, 128, 256)
 ALLOCATOR_PAGE_SIZES = (2, 4, 16, 64, 128, 256)  # ps 1 opens a page on every token: no exact-fit question
 TRACE_STEPS = 40  # steps of a request's life drawn up to its longest committed length
+MIN_EXPLORER_CONTEXT = 16
 MAX_EXPLORER_CONTEXT = 1 << 20
+CONTEXT_PRESETS = {"4k": 4096, "8k": 8192, "16k": 16384, "32k": 32768, "64k": 65536, "128k": 131072,
+                   "GLM-5 202,752": 202752, "256k": 262144, "512k": 524288, "1M": 1 << 20}
+SPARE_PAGES = (-2, 2)  # the exact-fit sweep holds free pools from 0 to pages_needed + 2
+MODE_LABELS = {
+    "decode": "decode (1 new token)", "target-verify": "target-verify (D drafts read)",
+    "draft-decode": "draft-decode (a drafter step)", "draft-extend": "draft-extend (accepted tokens)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +58,7 @@ class ExplorerState:
     mode: str = "target-verify"
     width_gen: str = "g1"
     gather: str = "npu-legacy"
-    batch: str = "seed [5, 10, 7]"  # a name of ``workbench.analysis.sweep.batch_compositions``
+    batch: str = "seed [5, 10, 7]"  # a name of ``workbench.analysis.exact_fit.batch_compositions``
     max_batch: int = 8
     spare_pages: int = 0  # free pages beyond what the decode batch opens (0: the exact fit)
 
@@ -84,9 +97,27 @@ def table_case(state: ExplorerState) -> TableCase:
                      mode=Mode(state.mode), seq_lens=(longest_seq_len(state),))
 
 
+def _seed_case(gather: Gather, spare_pages: int) -> AllocatorCase:
+    """The third seed's vector (ps 4, seq_lens [5, 10, 7], one free page) with ``spare_pages`` more."""
+    seed = parse_case(EXACT_FIT.after)
+    assert isinstance(seed, AllocatorCase)
+    count = max(0, len(seed.free_pages) + spare_pages)
+    free = tuple(range(seed.free_pages[0], seed.free_pages[0] + count))  # pages 11, 12, ...: owned by no row
+    return dataclasses.replace(seed, gather=gather, free_pages=free)
+
+
+def _is_seed_pattern(page_size: int, opens: tuple[bool, ...]) -> bool:
+    seed = parse_case(EXACT_FIT.after)
+    assert isinstance(seed, AllocatorCase)
+    return page_size == seed.page_size and opens == tuple(s % seed.page_size == 1 for s in seed.seq_lens)
+
+
 def allocator_case(state: ExplorerState) -> AllocatorCase:
-    """The sweep's exact-fit state for the chosen batch, with ``spare_pages`` more free pages than it opens."""
+    """The chosen batch with ``spare_pages`` more free pages than it opens: the seed's own vector for
+    the seed's pattern at its page size, else the sweep's exact-fit state of that batch."""
     opens = batch_compositions(state.max_batch)[state.batch]
+    if _is_seed_pattern(state.page_size, opens):
+        return _seed_case(Gather(state.gather), state.spare_pages)
     return exact_fit_case(Gather(state.gather), state.page_size, opens, max(0, sum(opens) + state.spare_pages))
 
 
@@ -111,24 +142,55 @@ def summary_line(case: Case, result: ProbeResult) -> str:
     return f"{result.outcome.value}: {what}" + (f" -- {detail}" if detail else "")
 
 
-def figure_of(state: ExplorerState, case: Case, device: str) -> Any:
-    """The library's figure for the state: a request trace, or the exact-fit map of the page size."""
-    if isinstance(case, AllocatorCase):
-        from workbench.present.plots import exact_fit_map
-
-        frame = allocator_exact_fit_sweep(page_sizes=[case.page_size], max_batch=state.max_batch,
-                                          gathers=[g.value for g in Gather], device=device)
-        return exact_fit_map(frame)
+def _table_figure(state: ExplorerState, case: TableCase, device: str) -> Any:
     from workbench.present.plots import request_trace_plot
 
-    return request_trace_plot(request_trace(case, steps=TRACE_STEPS, device=device))
+    trace = request_trace(case, steps=TRACE_STEPS, device=device)
+    s = case.seq_lens[0]
+    step = trace[trace["seq_len"] == s].iloc[0]  # the explored step, as the trace executed it
+    fig = request_trace_plot(trace, mark_seq_len=s)
+    fig.update_layout(title={"text": (
+        f"{case.component} · rule {case.rule} · {case.mode.value} · ctx {state.context_len:,} · ps {state.page_size}"
+        f" · D {state.draft_tokens}<br><sup>at s = {s:,}: {step['outcome']} (reads {int(step['reads']):,} tokens;"
+        f" buffer {int(step['buffer_capacity_tokens']):,} tokens, W {int(step['request_table_width']):,})</sup>")})
+    return fig
+
+
+@functools.lru_cache(maxsize=16)
+def _exact_fit_frame(page_size: int, max_batch: int, device: str) -> Any:
+    """The exact-fit sweep of one page size, made once: a gather or spare-pages change only moves the mark."""
+    return allocator_exact_fit_sweep(page_sizes=[page_size], max_batch=max_batch, gathers=[g.value for g in Gather],
+                                     device=device)
+
+
+def _allocator_figure(state: ExplorerState, case: AllocatorCase, device: str) -> Any:
+    from workbench.present.plots import exact_fit_map
+
+    frame = _exact_fit_frame(case.page_size, state.max_batch, device)
+    free = len(case.free_pages)
+    here = frame[(frame["gather"] == state.gather) & (frame["batch"] == state.batch) & (frame["free_pages"] == free)]
+    fig = exact_fit_map(frame, mark=here)
+    outcome = here["outcome"].iloc[0] if not here.empty else "not in the sweep"
+    fig.update_layout(title={"text": (
+        f"alloc_decode · gather {state.gather} · ps {case.page_size} · batch {state.batch}"
+        f"<br><sup>{free} free pages for {int(here['pages_needed'].iloc[0]) if not here.empty else '?'} needed:"
+        f" {outcome} (circled)</sup>")})
+    return fig
+
+
+def figure_of(state: ExplorerState, case: Case, device: str) -> Any:
+    """The library's figure for the state: a request trace, or the exact-fit map of the page size,
+    titled with the configuration and the explored step's outcome."""
+    if isinstance(case, AllocatorCase):
+        return _allocator_figure(state, case, device)
+    return _table_figure(state, case, device)
 
 
 def explore(state: ExplorerState, device: str = "cpu", *, with_figure: bool = True) -> ExplorerView:
     """Execute the state's probe (and draw its figure); an impossible state is explained, not raised."""
     try:
         case = case_of(state)
-    except ValueError as err:  # a geometry out of range, an unknown mode
+    except (ValueError, KeyError) as err:  # a geometry out of range, an unknown mode or batch
         return ExplorerView(None, None, None, f"invalid: {err}")
     result = probe(case, device)
     figure = figure_of(state, case, device) if with_figure and result.outcome.value != "invalid" else None
@@ -137,71 +199,91 @@ def explore(state: ExplorerState, device: str = "cpu", *, with_figure: bool = Tr
 
 # ---- widgets -----------------------------------------------------------------------------------
 
+TABLE_HELP = (
+    "<b>Try:</b> switch <i>rule</i> from <code>context</code> to <code>req-to-token</code>; type a context length "
+    "(press Enter) or pick a preset; raise <i>draft tokens</i> or <i>overshoot</i> (tokens a request may pass "
+    "<code>ctx - 1</code> for one step). The line below is the executed probe at the longest committed length; "
+    "the figure traces the request's last steps."
+)
+ALLOCATOR_HELP = (
+    "<b>Try:</b> switch <i>gather</i> between <code>npu-legacy</code>, <code>npu-clamped</code> and "
+    "<code>cuda-masked</code>; move <i>spare pages</i> (free pages beyond what the batch opens: 0 is the exact fit, "
+    "negative a real shortage); pick a <i>batch</i> (o: the row's new token opens a page) or type its row count."
+)
+
+
+Controls = tuple[dict[str, Any], dict[str, Any], list[list[str]]]  # controls, shortcuts, rows
+
+
+def _table_controls(start: ExplorerState) -> Controls:
+    import ipywidgets as w  # type: ignore[import-untyped]
+
+    context, presets = length_control(start.context_len, MIN_EXPLORER_CONTEXT, MAX_EXPLORER_CONTEXT,
+                                      CONTEXT_PRESETS, "context len")
+    controls = {
+        "context_len": context,
+        "page_size": w.SelectionSlider(options=PAGE_SIZES, value=start.page_size, description="page size"),
+        "draft_tokens": w.IntSlider(value=start.draft_tokens, min=0, max=32, description="draft tokens"),
+        "overshoot": w.IntSlider(value=start.overshoot, min=0, max=8, description="overshoot"),
+        "rule": w.Dropdown(options=RULE_NAMES, value=start.rule, description="rule"),
+        "mode": w.Dropdown(options=[(MODE_LABELS.get(m.value, m.value), m.value) for m in Mode], value=start.mode,
+                           description="mode"),
+        "width_gen": w.Dropdown(options=WIDTH_GENERATIONS, value=start.width_gen, description="width gen"),
+    }
+    rows = [["context_len", "context_preset", "page_size"], ["draft_tokens", "overshoot"], ["rule", "mode", "width_gen"]]
+    return controls, {"context_preset": presets}, rows
+
+
+def _allocator_controls(start: ExplorerState) -> Controls:
+    import ipywidgets as w
+
+    controls = {
+        "gather": w.Dropdown(options=[g.value for g in Gather], value=start.gather, description="gather"),
+        "spare_pages": w.IntSlider(value=start.spare_pages, min=SPARE_PAGES[0], max=SPARE_PAGES[1], description="spare pages"),
+        "page_size": w.SelectionSlider(options=ALLOCATOR_PAGE_SIZES, value=start.page_size, description="page size"),
+        "batch": w.Dropdown(options=list(batch_compositions(start.max_batch)), value=start.batch, description="batch"),
+        "max_batch": w.BoundedIntText(value=start.max_batch, min=3, max=64, description="batch rows",
+                                      continuous_update=False),
+    }
+    return controls, {}, [["gather", "spare_pages", "page_size"], ["batch", "max_batch"]]
+
 
 class Explorer:
     """The ipywidgets front end: controls -> ``ExplorerState`` -> ``explore`` -> outcome and figure."""
 
     def __init__(self, state: ExplorerState | None = None, device: str = "cpu") -> None:
-        import ipywidgets as w  # type: ignore[import-untyped]
-
         self.device = device
-        start = state or ExplorerState()
-        table = start.component != "allocator"
-        self.controls: dict[str, Any] = {
-            "page_size": w.SelectionSlider(options=PAGE_SIZES if table else ALLOCATOR_PAGE_SIZES,
-                                           value=start.page_size, description="page size"),
-        }
-        if table:
-            self.controls.update(
-                context_len=w.IntSlider(value=start.context_len, min=16, max=MAX_EXPLORER_CONTEXT, step=1,
-                                        description="context len", continuous_update=False),
-                draft_tokens=w.IntSlider(value=start.draft_tokens, min=0, max=32, description="draft tokens"),
-                overshoot=w.IntSlider(value=start.overshoot, min=0, max=8, description="overshoot"),
-                rule=w.Dropdown(options=RULE_NAMES, value=start.rule, description="rule"),
-                mode=w.Dropdown(options=[m.value for m in Mode], value=start.mode, description="mode"),
-                width_gen=w.Dropdown(options=WIDTH_GENERATIONS, value=start.width_gen, description="width gen"),
-            )
-        else:
-            self.controls.update(
-                batch=w.Dropdown(options=list(batch_compositions(start.max_batch)), value=start.batch, description="batch"),
-                spare_pages=w.IntSlider(value=start.spare_pages, min=-2, max=4, description="spare pages"),
-                gather=w.Dropdown(options=[g.value for g in Gather], value=start.gather, description="gather"),
-            )
-        self.state = start
-        self.outcome = w.HTML()
-        self.output = w.Output()
+        self.state = state or ExplorerState()
         self.view: ExplorerView | None = None
-        for control in self.controls.values():
-            control.observe(self._changed, names="value")
-        self.widget = w.VBox([w.HBox(list(self.controls.values())[:4]), w.HBox(list(self.controls.values())[4:]),
-                              self.outcome, self.output])
-        self.redraw()
+        table = self.state.component != "allocator"
+        controls, shortcuts, rows = _table_controls(self.state) if table else _allocator_controls(self.state)
+        self.controls = controls
+        self.shortcuts = shortcuts
+        if not table:  # before the panel's own observer: the batch list is current when it redraws
+            controls["max_batch"].observe(self._batches_changed, names="value")
+        self.panel = LivePanel(controls, rows, self._draw, TABLE_HELP if table else ALLOCATOR_HELP, shortcuts)
+        self.outcome = self.panel.outcome
+        self.widget = self.panel.widget
 
-    def _changed(self, _change: object) -> None:
-        self.redraw()
+    def _batches_changed(self, change: dict[str, Any]) -> None:
+        batch = self.controls["batch"]
+        names = list(batch_compositions(change["new"]))
+        batch.options = names  # keeps the value where the new batches still have it
+        if batch.value not in names:
+            batch.value = names[0]
+
+    def _draw(self, values: dict[str, Any]) -> Drawn:
+        fields = {k: v for k, v in values.items() if k in {f.name for f in dataclasses.fields(ExplorerState)}}
+        self.state = self.state.replace(**fields)
+        self.view = explore(self.state, self.device)
+        failed = self.view.result is None or self.view.result.outcome.failed
+        keep_zoom = "|".join(str(v) for k, v in sorted(fields.items()) if k not in ("rule", "gather"))
+        return Drawn(self.view.summary, failed, self.view.figure, keep_zoom)
 
     def redraw(self) -> ExplorerView:
-        self.state = self.state.replace(**{name: control.value for name, control in self.controls.items()})
-        self.view = explore(self.state, self.device)
-        colour = "#b00020" if self.view.result is None or self.view.result.outcome.failed else "#1b5e20"
-        self.outcome.value = f'<b style="color:{colour}">{_escape(self.view.summary)}</b>'
-        self.output.clear_output(wait=True)
-        if self.view.figure is not None and _in_kernel():
-            # Outside a kernel (tests, scripts) plotly's default renderer would open a browser.
-            self.output.append_display_data(self.view.figure)
+        self.panel.redraw()
+        assert self.view is not None
         return self.view
-
-
-def _in_kernel() -> bool:
-    from IPython import get_ipython
-
-    return get_ipython() is not None
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 def explorer(component: str = DEFAULT_COMPONENTS[0], device: str = "cpu", **state: Any) -> Any:

@@ -1,7 +1,10 @@
 """DataFrame in, plotly Figure out. Plots group and label; they compute nothing.
 
-Each function takes a frame made by ``workbench.analysis.sweep`` or ``workbench.analysis.memory`` and returns a
-figure with a title, axis titles and a legend (or colour bar) that say what is drawn.
+Each function takes a frame made by ``workbench.analysis.sweep``, ``workbench.analysis.memory`` or
+``workbench.present.verdicts`` and returns a figure for a design review: a title, every axis titled
+with its quantity and unit, discrete colours for discrete outcomes in one fixed order, the same
+category order in every panel, and sizes that keep labels apart (``tests/test_report_browser.py``
+measures the drawn text of every figure of the report and fails on any overlap).
 """
 
 from __future__ import annotations
@@ -9,151 +12,227 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
-import plotly.express as px  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
+from workbench.present.verdicts import NOT_APPLICABLE, VERDICT_COLOURS, VERDICTS, with_verdicts
+
+OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "invalid")
 OUTCOME_COLOURS = {
-    "ok": "#2ca02c", "out-of-memory": "#7f7f7f", "shape-error": "#d62728", "index-error": "#9467bd",
-    "silent-overread": "#ff7f0e", "invalid": "#bcbd22",
+    "ok": "#2e7d32", "out-of-memory": "#7f7f7f", "shape-error": "#c62828", "index-error": "#6a1b9a",
+    "silent-overread": "#ef6c00", "invalid": "#bcbd22",
 }
+FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
+WIDTH = 1100  # every figure is drawn for this width (the report page and the PNGs)
 
 
 def _sorted_values(frame: pd.DataFrame, column: str) -> list[Any]:
     return sorted(frame[column].unique().tolist())
 
 
-def _row_label(row: pd.Series, parts: list[str]) -> str:
-    names = {"component": "", "rule": "", "draft_tokens": "D=", "replay": "", "width_gen": ""}
+def _config_label(row: pd.Series, parts: list[str]) -> str:
+    names = {"backend": "", "rule": "", "draft_tokens": "D=", "width_gen": ""}
     return " · ".join(f"{names.get(p, p + '=')}{row[p]}" for p in parts)
 
 
-def failure_map(frame: pd.DataFrame) -> go.Figure:
-    """Heatmaps of ``failing_offset`` (first failing committed length minus ctx) over context length
-    (x) and rule x draft tokens (y); one panel per page size (columns) and mode (rows).
+def _base_layout(fig: go.Figure, title: str, height: int, **extra: Any) -> go.Figure:
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, height=height, width=WIDTH, font=FONT,
+                      plot_bgcolor="white", **extra)
+    return fig
 
-    A blank cell never fails up to ``ctx - 1 + overshoot``. Component, replay and width generation
-    join the row label when the frame holds more than one of them.
+
+# ---- failure maps ------------------------------------------------------------------------------
+
+
+def _verdict_colorscale() -> list[list[Any]]:
+    """Piecewise-constant: code i (0 .. n-1) draws in VERDICT_COLOURS[VERDICTS[i]]."""
+    n = len(VERDICTS)
+    scale: list[list[Any]] = []
+    for i, verdict in enumerate(VERDICTS):
+        scale += [[i / n, VERDICT_COLOURS[verdict]], [(i + 1) / n, VERDICT_COLOURS[verdict]]]
+    return scale
+
+
+def _map_cell(panel: pd.DataFrame, config: str, ctx: int, code: dict[str, int]) -> tuple[int, str, str]:
+    """One cell of a failure map: (verdict code, the number written in it, the hover text)."""
+    if (config, ctx) not in panel.index:
+        return code[NOT_APPLICABLE], "n/a", "not a valid configuration"
+    row = panel.loc[(config, ctx)]
+    row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
+    if pd.isna(row["first_failing_seq_len"]):
+        return code[row["verdict"]], "", f"safe up to s = {int(row['max_seq_len']):,}"
+    first = int(row["first_failing_seq_len"])
+    return code[row["verdict"]], f"{first:,}", (
+        f"{row['verdict']}: first failing s = {first:,} (ctx {int(row['failing_offset']):+d})<br>{row['error']}")
+
+
+def failure_map(frame: pd.DataFrame) -> go.Figure:
+    """Per configuration (rows: rule x draft tokens, columns: context length), the verdict as a
+    colour and the first failing committed length as the cell's number; one panel per mode (rows)
+    and page size (columns), every panel with the same rows in the same order.
+
+    Green cells never fail up to ``ctx - 1 + overshoot``; grey ones are not a valid configuration
+    (a speculative mode without draft tokens). Backend and width generation join the row label
+    when the frame holds more than one of them.
     """
-    modes = _sorted_values(frame, "mode")
+    frame = with_verdicts(frame)
+    modes = list(dict.fromkeys(frame["mode"]))
     page_sizes = _sorted_values(frame, "page_size")
-    parts = [p for p in ("component", "replay", "width_gen") if frame[p].nunique() > 1] + ["rule", "draft_tokens"]
-    labelled = frame.assign(config=frame.apply(_row_label, axis=1, parts=parts), ctx=frame["context_len"].astype(str))
-    fig = make_subplots(
-        rows=len(modes), cols=len(page_sizes), shared_xaxes=True, shared_yaxes=True,
-        row_titles=[f"mode={m}" for m in modes], column_titles=[f"page_size={p}" for p in page_sizes],
-        horizontal_spacing=0.03, vertical_spacing=0.06,
-    )
-    order = sorted(labelled["config"].unique())
+    parts = [p for p in ("backend", "width_gen") if frame[p].nunique() > 1] + ["rule", "draft_tokens"]
+    ordered = frame.sort_values([p for p in parts if p != "rule"] + ["rule"], kind="stable")
+    labelled = frame.assign(config=frame.apply(_config_label, axis=1, parts=parts))
+    rows_order = list(dict.fromkeys(ordered.apply(_config_label, axis=1, parts=parts)))
+    contexts = _sorted_values(frame, "context_len")
+    x = [f"{c:,}" for c in contexts]
+    code = {v: i for i, v in enumerate(VERDICTS)}
+    height = 150 + len(modes) * (len(rows_order) * 22 + 60)
+    fig = make_subplots(rows=len(modes), cols=len(page_sizes), shared_xaxes=True, shared_yaxes=True,
+                        subplot_titles=[f"{m} · page size {p}" for m in modes for p in page_sizes],
+                        horizontal_spacing=0.02, vertical_spacing=min(0.3, 55 / height))
     for r, mode in enumerate(modes, start=1):
         for c, ps in enumerate(page_sizes, start=1):
-            panel = labelled[(labelled["mode"] == mode) & (labelled["page_size"] == ps)]
-            if panel.empty:
-                continue
-            grid = panel.pivot_table(index="config", columns="ctx", values="failing_offset", aggfunc="first", dropna=False)
-            columns = [str(x) for x in _sorted_values(panel, "context_len")]
-            grid = grid.reindex(index=[o for o in order if o in grid.index], columns=columns)
+            panel = labelled[(labelled["mode"] == mode) & (labelled["page_size"] == ps)].set_index(["config", "context_len"])
+            cells = [[_map_cell(panel, config, ctx, code) for ctx in contexts] for config in rows_order]
+            z = [[cell[0] for cell in row] for row in cells]
+            text = [[cell[1] for cell in row] for row in cells]
+            hover = [[cell[2] for cell in row] for row in cells]
             fig.add_trace(go.Heatmap(
-                z=grid.to_numpy(dtype=float, na_value=float("nan")), x=list(grid.columns), y=list(grid.index),
-                coloraxis="coloraxis", name=f"{mode}, ps={ps}",
-                hovertemplate="ctx %{x}<br>%{y}<br>first failing s - ctx = %{z}<extra></extra>",
+                z=z, x=x, y=rows_order, text=text, customdata=hover, texttemplate="%{text}", textfont={"size": 11},
+                zmin=-0.5, zmax=len(VERDICTS) - 0.5, colorscale=_verdict_colorscale(), showscale=(r, c) == (1, 1),
+                xgap=2, ygap=2, name=f"{mode}, ps={ps}",
+                colorbar={"title": {"text": "verdict"}, "tickvals": list(range(len(VERDICTS))), "ticktext": list(VERDICTS),
+                          "len": min(1.0, 300 / (len(rows_order) * 22 * len(modes) + 60)), "y": 1, "yanchor": "top"},
+                hovertemplate="ctx %{x}<br>%{y}<br>%{customdata}<extra></extra>",
             ), row=r, col=c)
-    fig.update_layout(
-        title="Where each sizing rule first fails: first failing committed length minus context length (blank: never fails)",
-        coloraxis={"colorscale": "RdBu", "cmid": 0, "colorbar": {"title": "first failing s − ctx"}},
-        height=max(350, 260 * len(modes)),
-    )
-    fig.update_xaxes(title_text="context length (tokens)", type="category", row=len(modes))
-    fig.update_yaxes(title_text="rule · draft tokens", col=1)
-    return fig
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(type="category")
+    fig.update_xaxes(title_text="context length ctx (tokens)", row=len(modes))
+    names = {"backend": "backend", "width_gen": "width gen", "rule": "rule", "draft_tokens": "draft tokens D"}
+    fig.update_yaxes(title_text=" · ".join(names[p] for p in parts), col=1)
+    return _base_layout(fig, "First failing committed length s (cell number) and verdict per configuration", height)
 
 
-def memory_overhead(frame: pd.DataFrame) -> go.Figure:
-    """Buffer bytes against context length, one colour per rule, dash per component; one line per
-    draft-token count; panels per page size (columns) and mode (rows); log axes."""
-    unique = frame.drop_duplicates(["component", "rule", "mode", "page_size", "draft_tokens", "context_len"])
-    fig = px.line(
-        unique.sort_values("context_len"), x="context_len", y="buffer_bytes", color="rule", line_dash="component",
-        line_group="draft_tokens", facet_col="page_size", facet_row="mode", log_x=True, log_y=True, markers=True,
-        hover_data=["draft_tokens", "buffer_width", "buffer_unit", "min_safe_bytes", "overhead_bytes"],
-        labels={"context_len": "context length (tokens)", "buffer_bytes": "graph buffer bytes", "rule": "sizing rule"},
-        title="Graph-buffer bytes per sizing rule (max_bs rows, int32)",
-    )
-    fig.update_layout(legend_title_text="sizing rule, component")
-    return fig
+# ---- memory ------------------------------------------------------------------------------------
 
 
-def kv_budget_share(memory_frame: pd.DataFrame) -> go.Figure:
-    """Each preset's graph-buffer bytes as a share of its KV budget, per rule and component."""
-    fig = px.bar(
-        memory_frame, x="preset", y="share_of_kv_budget", color="rule", facet_col="component", barmode="group",
-        log_y=True, hover_data=["bytes", "min_safe_bytes", "overhead_bytes", "kv_budget_bytes"],
-        labels={"preset": "model preset", "share_of_kv_budget": "share of the KV budget", "rule": "sizing rule"},
-        title="Graph-buffer bytes as a share of the KV cache of max_bs full-context requests",
-    )
-    fig.update_layout(legend_title_text="sizing rule")
-    return fig
+def _coinciding(cost: pd.DataFrame, component: str) -> list[str]:
+    """Rules of ``component`` whose extra bytes are the same as another rule's for every preset."""
+    part = cost[cost["component"] == component].pivot_table(index="preset", columns="rule", values="extra_bytes")
+    rules = list(part.columns)
+    return [f"{a} and {b}" for i, a in enumerate(rules) for b in rules[i + 1:] if (part[a] == part[b]).all()]
 
 
-def exact_fit_map(alloc_frame: pd.DataFrame) -> go.Figure:
-    """Free pages (y) for each batch (x), coloured by outcome; black dashes mark the pages the
-    batch needs (the exact fit). Panels per gather (columns) and page size (rows)."""
+def fix_cost_plot(cost: pd.DataFrame) -> go.Figure:
+    """What each fix costs over the baseline rule (``verdicts.fix_cost``): extra graph-buffer bytes
+    per preset (left) and the same as parts per billion of the preset's KV budget (right). Bars
+    start at zero; rules that take the same bytes are said so in the panel title, and a rule
+    exactly as wide as the baseline is written on its bar."""
+    rules = list(dict.fromkeys(cost["rule"]))
+    presets = list(dict.fromkeys(cost["preset"]))
+    components = list(dict.fromkeys(cost["component"]))
+    baseline = cost["baseline"].iloc[0]
+    titles = [f"{comp}: {what}" for comp in components for what in ("extra bytes", "extra share of the KV budget")]
+    notes = [f"{comp}: {pair} take the same bytes for every preset" for comp in components for pair in _coinciding(cost, comp)]
+    fig = make_subplots(rows=len(components), cols=2, horizontal_spacing=0.12, vertical_spacing=0.25, subplot_titles=titles)
+    palette = ["#1565c0", "#6d4c41", "#00838f", "#ad1457"]
+    for r, component in enumerate(components, start=1):
+        for c, column in enumerate(("extra_bytes", "extra_ppb"), start=1):
+            for i, rule in enumerate(rules):
+                part = cost[(cost["component"] == component) & (cost["rule"] == rule)].set_index("preset").reindex(presets)
+                values = part[column].fillna(0)
+                fig.add_trace(go.Bar(
+                    x=presets, y=values, name=rule, legendgroup=rule, showlegend=(r, c) == (1, 1),
+                    text=["= " + baseline if v == 0 else "" for v in values], textposition="outside",
+                    marker={"color": palette[i % len(palette)]},
+                    hovertemplate=f"{rule}<br>%{{x}}: %{{y:,}}<extra></extra>",
+                ), row=r, col=c)
+            fig.update_yaxes(rangemode="tozero", row=r, col=c, tickformat=",d" if column == "extra_bytes" else "~g", title_text=(
+                f"extra bytes over {baseline} (bytes)" if column == "extra_bytes" else "extra share of KV budget (ppb)"))
+            fig.update_xaxes(title_text="model preset", row=r, col=c)
+    fig.update_layout(barmode="group", legend={"title": {"text": "rule"}, "orientation": "h", "y": -0.2 / len(components),
+                                               "yanchor": "top", "x": 0})
+    fig.update_yaxes(gridcolor="#eeeeee")
+    title = f"What each rule costs beyond the {baseline} rule (max_bs rows, int32; ppb = parts per billion)"
+    if notes:
+        title += "<br><sup>" + "; ".join(notes) + "</sup>"
+    return _base_layout(fig, title, 200 + 380 * len(components), margin={"b": 130, "t": 110})
+
+
+# ---- the allocator -----------------------------------------------------------------------------
+
+
+def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -> go.Figure:
+    """Free pages (y) for each batch (x: its pattern, o for a row whose new token opens a page),
+    coloured by outcome; black dashes mark the pages the batch needs (the exact fit). Panels per
+    gather (columns) and page size (rows), every panel with the batches in the same order.
+    ``mark``: rows of the frame to circle (the explorer's state)."""
     gathers = list(dict.fromkeys(alloc_frame["gather"]))
     page_sizes = _sorted_values(alloc_frame, "page_size")
-    fig = make_subplots(
-        rows=len(page_sizes), cols=len(gathers), shared_yaxes=True, shared_xaxes=True,
-        column_titles=[f"gather={g}" for g in gathers], row_titles=[f"page_size={p}" for p in page_sizes],
-        horizontal_spacing=0.03,
-    )
+    patterns = list(dict.fromkeys(alloc_frame["pattern"]))
+    fig = make_subplots(rows=len(page_sizes), cols=len(gathers), shared_yaxes=True, shared_xaxes=True,
+                        subplot_titles=[f"{g} · page size {p}" for p in page_sizes for g in gathers],
+                        horizontal_spacing=0.03, vertical_spacing=0.12 if len(page_sizes) > 1 else 0.0)
     shown: set[str] = set()
     for r, ps in enumerate(page_sizes, start=1):
         for c, gather in enumerate(gathers, start=1):
             panel = alloc_frame[(alloc_frame["gather"] == gather) & (alloc_frame["page_size"] == ps)]
-            for outcome, group in panel.groupby("outcome", sort=True):
+            for outcome in OUTCOMES:  # a trace per outcome in every panel, empty where none: constant traces
+                group = panel[panel["outcome"] == outcome]
                 fig.add_trace(go.Scatter(
-                    x=group["batch"], y=group["free_pages"], mode="markers", name=outcome, legendgroup=outcome,
-                    showlegend=outcome not in shown, marker={"color": OUTCOME_COLOURS.get(outcome), "size": 9},
-                    customdata=group[["pattern", "pages_needed"]], text=group["error"],
-                    hovertemplate="%{x} (%{customdata[0]})<br>free %{y}, needed %{customdata[1]}<br>%{text}<extra></extra>",
+                    x=group["pattern"], y=group["free_pages"], mode="markers", name=outcome, legendgroup=outcome,
+                    showlegend=outcome not in shown and not group.empty,
+                    marker={"color": OUTCOME_COLOURS[outcome], "size": 10},
+                    customdata=group[["batch", "pages_needed"]], text=group["error"],
+                    hovertemplate="%{customdata[0]} (%{x})<br>free %{y}, needed %{customdata[1]}<br>%{text}<extra></extra>",
                 ), row=r, col=c)
-                shown.add(outcome)
-            needed = panel.drop_duplicates("batch")
+                if not group.empty:
+                    shown.add(outcome)
+            needed = panel.drop_duplicates("pattern")
             fig.add_trace(go.Scatter(
-                x=needed["batch"], y=needed["pages_needed"], mode="markers", name="pages needed (exact fit)",
-                legendgroup="needed", showlegend=(r, c) == (1, 1),
-                marker={"symbol": "line-ew-open", "size": 18, "color": "black"},
+                x=needed["pattern"], y=needed["pages_needed"], mode="markers", name="pages the batch opens (exact fit)",
+                legendgroup="needed", showlegend=(r, c) == (1, 1), hoverinfo="skip",
+                marker={"symbol": "line-ew-open", "size": 20, "color": "black", "line": {"width": 2}},
             ), row=r, col=c)
-    fig.update_layout(
-        title="alloc_decode on pools around the exact fit: outcome per batch and free-pool size",
-        legend_title_text="outcome", height=max(400, 380 * len(page_sizes)),
-    )
+            if mark is not None:  # in every panel, empty but in the explored one
+                here = mark[(mark["gather"] == gather) & (mark["page_size"] == ps)]
+                fig.add_trace(go.Scatter(
+                    x=here["pattern"], y=here["free_pages"], mode="markers", name="explored state", legendgroup="mark",
+                    showlegend=not here.empty,
+                    marker={"symbol": "circle-open", "size": 22, "color": "black", "line": {"width": 2}},
+                ), row=r, col=c)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=patterns, tickfont={"family": "monospace"})
     fig.update_xaxes(title_text="batch (o: row opens a page)", row=len(page_sizes))
-    fig.update_yaxes(title_text="free pages", col=1)
-    return fig
+    fig.update_yaxes(title_text="free pages (pages)", col=1, dtick=1, rangemode="tozero", gridcolor="#eeeeee")
+    return _base_layout(fig, "alloc_decode on pools around the exact fit: outcome per batch and free-pool size",
+                        200 + 300 * len(page_sizes), legend={"title": {"text": "outcome"}, "x": 1.02, "y": 1,
+                                                             "yanchor": "top"},
+                        margin={"r": 230})
 
 
-def request_trace_plot(trace_frame: pd.DataFrame) -> go.Figure:
+# ---- one request ---------------------------------------------------------------------------------
+
+
+def request_trace_plot(trace_frame: pd.DataFrame, mark_seq_len: int | None = None) -> go.Figure:
     """Tokens one request reads per committed length, against the buffer's capacity and the
-    request table's width; failing steps marked by outcome."""
+    request table's width; failing steps marked by outcome; ``mark_seq_len`` draws a line there."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=trace_frame["seq_len"], y=trace_frame["reads"], mode="lines", name="tokens read by the step"))
-    fig.add_trace(go.Scatter(
-        x=trace_frame["seq_len"], y=trace_frame["buffer_capacity_tokens"], mode="lines", name="buffer capacity (tokens)",
-        line={"dash": "dash"},
-    ))
-    fig.add_trace(go.Scatter(
-        x=trace_frame["seq_len"], y=trace_frame["request_table_width"], mode="lines", name="request table width W",
-        line={"dash": "dot"},
-    ))
-    failing = trace_frame[trace_frame["outcome"] != "ok"]
-    for outcome, group in failing.groupby("outcome", sort=True):
+    x = trace_frame["seq_len"]
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["reads"], mode="lines", name="tokens read by the step"))
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["buffer_capacity_tokens"], mode="lines", name="buffer capacity",
+                             line={"dash": "dash"}))
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["request_table_width"], mode="lines", name="request table width W",
+                             line={"dash": "dot"}))
+    for outcome in OUTCOMES[1:]:  # every failing outcome has its trace (empty: no legend entry), so the
+        group = trace_frame[trace_frame["outcome"] == outcome]  # explorer's figure keeps its traces
         fig.add_trace(go.Scatter(
             x=group["seq_len"], y=group["reads"], mode="markers", name=f"step fails: {outcome}", text=group["error"],
-            marker={"color": OUTCOME_COLOURS.get(outcome), "size": 9, "symbol": "x"},
+            showlegend=not group.empty,
+            marker={"color": OUTCOME_COLOURS[outcome], "size": 9, "symbol": "x"},
             hovertemplate="s=%{x}, reads %{y}<br>%{text}<extra></extra>",
         ))
-    fig.update_layout(
-        title="One request near its table bound: reads per step against the buffer",
-        xaxis_title="committed length s (tokens)", yaxis_title="tokens", legend_title_text="series",
-    )
-    return fig
+    if mark_seq_len is not None:
+        fig.add_vline(x=mark_seq_len, line={"color": "#555555", "width": 1})
+    fig.update_xaxes(title_text="committed length s (tokens)", tickformat=",d", gridcolor="#eeeeee")
+    fig.update_yaxes(title_text="tokens read or held (tokens)", tickformat=",d", gridcolor="#eeeeee")
+    return _base_layout(fig, "One request near its table bound: tokens read per step against the buffer", 480,
+                        legend={"orientation": "h", "y": -0.25, "yanchor": "top", "x": 0}, margin={"b": 120})

@@ -71,6 +71,14 @@ def _seed_cells(row: dict[str, object]) -> tuple[str, str, str, str, str, str]:
     return str(row["seed"]), str(row["fix"]), str(row["rule"]), str(row["outcome"]), boundary_text, str(detail)
 
 
+def seed_table_frame(rows: Sequence[dict[str, object]]) -> Any:
+    """The seed rows as a DataFrame of text: boundaries as integers or "none", as on the page."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    columns = ["seed", "fix", "rule / gather", "outcome", "boundary", "detail"]
+    return pd.DataFrame([_seed_cells(row) for row in rows], columns=columns)
+
+
 def seed_table_text(rows: Sequence[dict[str, object]]) -> str:
     header = f"{'seed':<16} {'fix':<7} {'rule / gather':<19} {'outcome':<12} {'boundary':>9}  detail"
     lines = [header, "-" * len(header)]
@@ -174,15 +182,34 @@ def _render_notebook_html(executed: Path) -> Path:
 # ---- figures -----------------------------------------------------------------------------------
 
 
-def save_figure(fig: Any, output_dir: str | Path, name: str) -> Path:
-    """Write ``fig`` as plotly JSON to ``<output_dir>/figures/NAME.json``, for the report."""
+def save_figure(fig: Any, output_dir: str | Path, name: str, caption: str = "") -> Path:
+    """Write ``fig`` as plotly JSON to ``<output_dir>/figures/NAME.json``, for the report.
+
+    ``caption`` is the one line the report prints under the figure: what to see in it (kept in
+    the figure's ``layout.meta``)."""
+    if caption:
+        fig.update_layout(meta={"caption": caption})
     path = Path(output_dir) / "figures" / f"{name}.json"
     atomic_write_text(path, fig.to_json())
     return path
 
 
+def save_table(frame: Any, output_dir: str | Path, name: str) -> Path:
+    """Write a small table (a DataFrame of text cells, any index) to ``<output_dir>/tables/NAME.json``;
+    the report opens with the tables it finds there, in name order."""
+    flat = frame.reset_index()
+    data = {"columns": [str(c) for c in flat.columns], "rows": [[str(v) for v in row] for row in flat.itertuples(index=False)]}
+    path = Path(output_dir) / "tables" / f"{name}.json"
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
 def figure_files(out_dir: Path) -> list[Path]:
     return sorted((out_dir / "figures").glob("*.json"))
+
+
+def table_files(out_dir: Path) -> list[Path]:
+    return sorted((out_dir / "tables").glob("*.json"))
 
 
 def find_chromium() -> str | None:
@@ -211,7 +238,10 @@ def export_pngs(figures: Sequence[Path], png_dir: Path) -> tuple[list[Path], str
     paths = [png_dir / f"{figure.stem}.png" for figure in figures]
     try:
         # One kaleido session for all figures: Chromium starts once, not once per figure.
-        pio.write_images([pio.read_json(str(f)) for f in figures], [str(p) for p in paths], width=1100, height=600)
+        # Each figure at its own size (tall failure maps stay readable); 1100 x 600 where it sets none.
+        figs = [pio.read_json(str(f)) for f in figures]
+        pio.write_images(figs, [str(p) for p in paths], width=[fig.layout.width or 1100 for fig in figs],
+                         height=[fig.layout.height or 600 for fig in figs])
     except Exception as err:  # kaleido wraps browser failures in several types; report, don't crash
         return [], f"PNG export failed with {browser}: {type(err).__name__}: {err}"
     return paths, None
@@ -226,6 +256,8 @@ h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bo
 table { border-collapse: collapse; font-size: 0.9rem; } td, th { padding: 0.25rem 0.6rem; border: 1px solid #ddd; }
 th { background: #f4f4f4; text-align: left; } .failed { color: #b00020; font-weight: 600; }
 .figure { margin: 1.2rem 0 2rem; } .note { color: #555; font-style: italic; }
+.caption { color: #333; margin: 0.2rem 0 0.6rem; } td.safe { color: #1b5e20; } td.fails { color: #b00020; }
+td.silent { color: #e65100; font-weight: 600; } table.verdict { margin-bottom: 1rem; }
 """
 
 
@@ -249,22 +281,50 @@ def _notebook_list_html(runs: Sequence[NotebookRun], out_dir: Path) -> str:
     return '<ul id="notebooks">' + "".join(items) + "</ul>"
 
 
+def _tables_html(tables: Sequence[Path]) -> str:
+    parts = []
+    for path in tables:
+        data = json.loads(path.read_text())
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in data["columns"])
+        body = "".join("<tr>" + "".join(f'<td class="{_verdict_class(cell)}">{html.escape(cell)}</td>' for cell in row)
+                       + "</tr>" for row in data["rows"])
+        parts.append(f'<table class="verdict" id="table-{html.escape(path.stem)}"><tr>{head}</tr>{body}</table>')
+    return "".join(parts) or '<p class="note">No verdict table: notebook 00 did not run.</p>'
+
+
+def _verdict_class(cell: str) -> str:
+    for word, name in (("fails silently", "silent"), ("fails", "fails"), ("safe", "safe")):
+        if cell.startswith(word):
+            return name
+    return ""
+
+
 def _figures_html(figures: Sequence[Path]) -> str:
     import plotly.io as pio  # type: ignore[import-untyped]
 
     parts = []
     for index, path in enumerate(figures):
         fig = pio.read_json(str(path))
+        caption = (fig.layout.meta or {}).get("caption", "") if isinstance(fig.layout.meta, dict) else ""
         # plotly.js (about 4.6 MB) is inlined with the first figure only; the rest reuse it.
         div = fig.to_html(full_html=False, include_plotlyjs=index == 0, div_id=f"fig-{path.stem}",
                           config={"displaylogo": False})
-        parts.append(f'<section class="figure"><h3>{html.escape(path.stem)}</h3>{div}</section>')
+        parts.append(f'<section class="figure"><h3>{html.escape(path.stem)}</h3>'
+                     f'<p class="caption">{html.escape(caption)}</p>{div}</section>')
     return "".join(parts)
+
+
+VERDICT_INTRO = (
+    "Each cell: <b>safe</b> (no committed length up to ctx - 1 + overshoot fails, in every configuration swept), "
+    "<b>fails at s = N</b> (a copy raises; N is the first failing committed length of the configuration that fails "
+    "earliest past its context) or <b>fails silently</b> (nothing raises, a kernel would read past the table or the "
+    "free list), and how many of the configurations swept fail. From notebook 00's sweeps, the grids of notebooks 01-03."
+)
 
 
 def report_html(
     rows: Sequence[dict[str, object]], runs: Sequence[NotebookRun], figures: Sequence[Path], out_dir: Path,
-    device: str, png_note: str | None,
+    device: str, png_note: str | None, tables: Sequence[Path] = (),
 ) -> str:
     png_line = f'<p class="note" id="png-note">{html.escape(png_note)}</p>' if png_note else ""
     return (
@@ -273,6 +333,7 @@ def report_html(
         f"<style>{_STYLE}</style></head><body>"
         "<h1>workbench: graph-captured KV metadata, design review</h1>"
         f"<p>Device: <code>{html.escape(device)}</code>. Every number below comes from executed torch steps.</p>"
+        f'<h2>Verdict: which backends and rules are safe</h2><p class="note">{VERDICT_INTRO}</p>{_tables_html(tables)}'
         f"<h2>Seed cases</h2>{_seed_table_html(rows)}"
         f"<h2>Executed notebooks</h2>{_notebook_list_html(runs, out_dir)}"
         f"<h2>Figures ({len(figures)})</h2>{png_line}{_figures_html(figures)}"
@@ -303,7 +364,7 @@ def build_report(
     rows = seed_rows(device)
     out.write(seed_table_text(rows))
     atomic_write_text(out_path / "seeds.json", json.dumps(rows, indent=2) + "\n")
-    for owned in ("figures", "png", "notebooks"):
+    for owned in ("figures", "tables", "png", "notebooks"):
         _fresh(out_path / owned)
     runs = []
     for source in notebook_paths() if notebooks is None else notebooks:
@@ -316,7 +377,7 @@ def build_report(
     pngs, png_note = export_pngs(figures, out_path / "png")
     out.write(png_note + "\n" if png_note else f"wrote {len(pngs)} PNGs to {out_path / 'png'}\n")
     page = out_path / "index.html"
-    atomic_write_text(page, report_html(rows, runs, figures, out_path, device, png_note))
+    atomic_write_text(page, report_html(rows, runs, figures, out_path, device, png_note, table_files(out_path)))
     out.write(f"wrote {page} ({len(figures)} figures, {len(runs)} notebooks)\n")
     return runs
 
