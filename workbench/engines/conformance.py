@@ -1,0 +1,95 @@
+"""``workbench conformance``: each engine version's own functions against the workbench's models.
+
+For every version asked for, the engine's wheel is fetched into the workbench's cache (once), a
+worker process of its own loads it (``worker.py``) and runs every check on the same seeded
+states as the models, and this module gathers the rows and prints them: a table, or one JSON
+object per line. The behaviour each version ships (which sizing rule, replay, gather...) is read
+from ``data/engines.json``; its ``conformance`` entries hold what only conformance needs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from workbench.engines import wheels
+from workbench.engines.versions import DEFAULT_VERSIONS
+
+Row = dict[str, Any]
+DEFAULT_STATES = 1000
+
+
+def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model settings that stand for ``engine``, and module paths that moved in it."""
+    data = json.loads(path.read_text())
+    for version in data.get("versions", []):
+        if version.get("engine") == engine:
+            entries = version.get("conformance", {})
+            settings = {name: entry["value"] for name, entry in entries.items() if name != "module_paths"}
+            moved = entries.get("module_paths", {}).get("value", {})
+            return settings, dict(moved)
+    known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
+    raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
+
+
+def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool = False,
+                timeout: float = 3600) -> list[Row]:
+    """Every row for one version; FetchError when its wheel can neither be fetched nor found."""
+    settings, moved = behaviour(engine)
+    install = wheels.fetch(engine)
+    triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir()  # a cached triton is used
+    job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
+           "states": states, "behaviour": settings, "module_paths": moved,
+           "triton_dir": str(triton_dir) if triton_dir else None}
+    done = subprocess.run([sys.executable, "-m", "workbench.engines.worker"], input=json.dumps(job),
+                          capture_output=True, text=True, timeout=timeout)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not rows:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        rows.append({"engine": engine, "function": "(worker)", "states": 0, "agree": 0, "first_disagreement": None,
+                     "skipped": f"the worker stopped (status {done.returncode}): {last}"})
+    return rows
+
+
+def disagrees(row: Row) -> bool:
+    return row["skipped"] is None and row["agree"] != row["states"]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [f"{'engine':<16} {'function':<52} {'states':>6} {'agree':>6}  first disagreement / skipped"]
+    for row in rows:
+        if row["skipped"]:
+            note = f"skipped: {row['skipped']}"
+        elif row["first_disagreement"]:
+            d = row["first_disagreement"]
+            note = (f"at {d['where']}: engine {json.dumps(d['engine'])[:160]} / model {json.dumps(d['model'])[:160]}"
+                    f" / state {json.dumps(d['state'])[:200]}")
+        else:
+            note = ""
+        lines.append(f"{row['engine']:<16} {row['function']:<52} {row['states']:>6} {row['agree']:>6}  {note}")
+    return "\n".join(lines)
+
+
+def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool,
+         out: IO[str] | None = None) -> int:
+    """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
+    out = out or sys.stdout
+    rows: list[Row] = []
+    for engine in engines:
+        try:
+            found = run_version(engine, states=states, seed=seed, triton=triton)
+        except (wheels.FetchError, ValueError) as error:
+            print(f"workbench conformance: {error}", file=sys.stderr)
+            return 2
+        for row in found:
+            row.pop("seconds", None)
+            if as_json:
+                print(json.dumps(row), file=out, flush=True)
+        rows.extend(found)
+    if not as_json:
+        print(format_table(rows), file=out)
+    return 1 if any(disagrees(row) for row in rows) else 0
