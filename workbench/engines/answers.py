@@ -8,7 +8,6 @@ disagreement can be printed as it is.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,13 @@ import torch
 from workbench.engines.standins import StandInCalled
 
 Answer = dict[str, Any]
+
+
+MADE_HERE = "_made_by_conformance"  # set on the engine objects conformance builds with object.__new__
+
+
+class Moved(RuntimeError):
+    """The engine version has no method of the shape conformance calls (its signature moved)."""
 
 
 def raised(error: BaseException) -> Answer:
@@ -31,31 +37,53 @@ def none(**fields: Any) -> Answer:
     return {"outcome": "none", **fields}
 
 
-SMALL = 4096  # tensors up to this many entries are compared and shown entry by entry
+class Table:
+    """A tensor in an answer: compared with ``torch.equal`` (fast on million-entry tables), shown
+    as shape, dtype and its first entries (``summary``) only where a disagreement is printed."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value.detach().cpu()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Table):
+            return NotImplemented
+        a, b = self.value, other.value
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def first_mismatch(self, other: Table) -> str:
+        if self.value.shape != other.value.shape:
+            return f"shape {list(self.value.shape)} vs {list(other.value.shape)}"
+        if self.value.dtype != other.value.dtype:
+            return f"dtype {self.value.dtype} vs {other.value.dtype}"
+        index = (self.value != other.value).nonzero()[0].tolist()
+        return f"at {index}: {self.value[tuple(index)].item()} vs {other.value[tuple(index)].item()}"
+
+    def summary(self, limit: int = 24) -> dict[str, Any]:
+        flat = self.value.reshape(-1)
+        shown = flat[:limit].tolist()
+        return {"shape": list(self.value.shape), "dtype": str(self.value.dtype).replace("torch.", ""),
+                "values": shown if flat.numel() <= limit else [*shown, "..."]}
 
 
-def tensor(value: torch.Tensor | None) -> Any:
-    """Shape, dtype and contents of ``value`` (None stays None).
-
-    Large tables (a 1M-token page table has millions of entries) are compared by a digest of
-    their bytes, with the first entries kept so that a disagreement still shows something.
-    """
-    if value is None:
-        return None
-    head = {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
-    if value.numel() <= SMALL:
-        return {**head, "values": value.tolist()}
-    data = value.detach().cpu().contiguous().view(-1)
-    digest = hashlib.blake2b(data.numpy().tobytes(), digest_size=16).hexdigest()
-    return {**head, "blake2b": digest, "first": data[:16].tolist()}
+def tensor(value: torch.Tensor | None) -> Table | None:
+    return None if value is None else Table(value)
 
 
 def catching(call: Callable[[], Answer]) -> Answer:
     """``call()``'s answer, or the answer that it raised (every exception is an answer here)."""
     try:
         return call()
-    except StandInCalled:
-        raise  # not the engine's answer: the function needs a library that is not here
+    except (StandInCalled, Moved):
+        raise  # not the engine's answer: a library that is not here, or a method that moved
+    except AttributeError as error:
+        if getattr(getattr(error, "obj", None), MADE_HERE, False):
+            # The version reads an attribute the set-up does not give its object: ours is not
+            # enough for this version, which says nothing about the engine.
+            raise Moved(f"this version reads {type(error.obj).__name__}.{error.name}, which conformance "
+                        f"does not set up") from error
+        return raised(error)
     except Exception as error:  # noqa: BLE001 - an engine's exception is data to compare
         return raised(error)
 
@@ -66,6 +94,8 @@ def first_difference(engine: Answer, model: Answer) -> str:
 
 
 def _diff(a: Any, b: Any, path: str) -> str | None:
+    if isinstance(a, Table) and isinstance(b, Table):
+        return None if a == b else f"{path} {a.first_mismatch(b)}"
     if isinstance(a, dict) and isinstance(b, dict):
         for key in [*a, *(k for k in b if k not in a)]:
             found = _diff(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
@@ -83,12 +113,6 @@ def _diff(a: Any, b: Any, path: str) -> str | None:
     return None if a == b else path
 
 
-def shorten(answer: Answer, limit: int = 400) -> Answer:
-    """The answer with long value lists cut, so one disagreement stays readable in a table."""
-    out: Answer = {}
-    for key, value in answer.items():
-        if isinstance(value, dict) and "values" in value:
-            text = str(value["values"])
-            value = {**value, "values": text if len(text) <= limit else text[:limit] + " ..."}
-        out[key] = value
-    return out
+def shown(answer: Answer) -> Answer:
+    """The answer in JSON form, tables cut to their first entries (for printing a disagreement)."""
+    return {key: value.summary() if isinstance(value, Table) else value for key, value in answer.items()}

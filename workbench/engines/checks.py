@@ -12,6 +12,7 @@ import importlib
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -72,18 +73,18 @@ def _sizing_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
                   count: int) -> Iterator[Pair]:
     for state in st.sizing_states(rng, count):
         if function.endswith("get_alloc_len_per_decode"):
-            yield state, (lambda s=state: ec.engine_alloc_len(m["sizing"], s)), (lambda s=state: mc.model_alloc_len(s))
+            yield state, partial(ec.engine_alloc_len, m["sizing"], state), partial(mc.model_alloc_len, state)
         else:
-            yield state, (lambda s=state: ec.engine_extra(m["sizing"], s)), (lambda s=state: mc.model_extra(s, b))
+            yield state, partial(ec.engine_extra, m["sizing"], state), partial(mc.model_extra, state, b)
 
 
 # ---- table states: seeds, boundaries, random ----------------------------------------------
 
-def _seed_state(seed_case: Mapping[str, Any], algorithm: str) -> st.State:
+def _seed_state(seed_case: Mapping[str, Any], algorithm: str, name: str) -> st.State:
     shape = {"spec_steps": 1, "spec_topk": 1, "draft_has_kv": True, "step_id": 0, "hybrid_swa": False,
              "width_gen": "g1", "max_bs": 1}
     keys = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "draft_has_kv", "seq_lens", "mode")
-    return {**shape, **{k: seed_case[k] for k in keys if k in seed_case}, "algorithm": algorithm}
+    return {**shape, **{k: seed_case[k] for k in keys if k in seed_case}, "algorithm": algorithm, "seed": name}
 
 
 def _grid_boundaries(rng: random.Random, width_of: Callable[[st.State], int], look: Callable[[st.State], int],
@@ -128,7 +129,7 @@ def _dsa_width(b: Mapping[str, Any]) -> Callable[[st.State], int]:
     return lambda s: DSA_PAGE_TABLE_RULES[b["dsa_rule"]](st.geometry_of(s))
 
 
-ASCEND_SEEDS = [_seed_state(QWQ_NPU.before, "NGRAM")]
+ASCEND_SEEDS = [_seed_state(QWQ_NPU.before, "NGRAM", "QwQ-32B NGRAM verify at 32753 (spec section 2)")]
 
 
 def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
@@ -138,18 +139,18 @@ def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
     for i, state in enumerate(_table_states(rng, count, ASCEND_SEEDS, st.MODES, width, page)):
         state = {**state, "branch": branch}
         if branch == "init":
-            yield state, (lambda s=state: ec.engine_ascend_init(m["ascend"], s)), (lambda s=state: mc.model_ascend_init(s, b))
+            yield state, partial(ec.engine_ascend_init, m["ascend"], state), partial(mc.model_ascend_init, state, b)
             continue
         if branch == "host":
             if not state["draft_tokens"]:
                 continue  # without speculation the engine adds D = None: not a state it replays (README)
             state["max_seq_len_host"] = max(state["seq_lens"]) + rng.randint(0, state["page_size"])
         tables = mc.request_tables(state, seed=i)
-        yield (state, (lambda s=state, t=tables: ec.engine_ascend_replay(m["ascend"], m["fbi"], s, t)),
-               (lambda s=state, t=tables: mc.model_ascend_replay(s, b, t)))
+        yield (state, partial(ec.engine_ascend_replay, m["ascend"], m["fbi"], state, tables),
+               partial(mc.model_ascend_replay, state, b, tables))
 
 
-DSA_SEEDS = [_seed_state(GLM_DSA.before, "EAGLE")]
+DSA_SEEDS = [_seed_state(GLM_DSA.before, "EAGLE", "GLM-5.2 EAGLE verify at 90001 (spec section 3)")]
 
 
 def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
@@ -161,14 +162,16 @@ def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any],
         # One query row per request in the capture as well (max_bs = bs): a DSA table is
         # rows x W int32, and every spare row would be zeros the two sides copy alike.
         state = {**state, "hybrid_swa": False, "max_bs": len(state["seq_lens"])}
+        if state["mode"] == "draft-extend":  # tokens each request accepted: 1 .. D, one for the batch
+            state["accept_len"] = rng.randint(1, state["draft_tokens"])
         if mode is None:
-            yield state, (lambda s=state: ec.engine_dsa_init(m["dsa"], s)), (lambda s=state: mc.model_dsa_init(s, b))
+            yield state, partial(ec.engine_dsa_init, m["dsa"], state), partial(mc.model_dsa_init, state, b)
             continue
         if st.geometry_of(state).request_table_width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
             state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}  # keep a state's tables small
         tables = mc.request_tables(state, seed=i)
-        yield (state, (lambda s=state, t=tables: ec.engine_dsa_replay(m["dsa"], m["fbi"], s, t)),
-               (lambda s=state, t=tables: mc.model_dsa_replay(s, b, t)))
+        yield (state, partial(ec.engine_dsa_replay, m["dsa"], m["fbi"], state, tables),
+               partial(mc.model_dsa_replay, state, b, tables))
 
 
 # ---- allocators ---------------------------------------------------------------------------
@@ -178,16 +181,16 @@ def _npu_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str,
     cls = m["npu_alloc"].NPUPagedTokenToKVPoolAllocator
     if function.endswith("alloc_decode"):
         for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
-            yield (state, (lambda s=state: ec.engine_alloc_decode(cls, s)),
-                   (lambda s=state: mc.model_alloc_decode(s, b["npu_gather"])))
+            yield (state, partial(ec.engine_alloc_decode, cls, state),
+                   partial(mc.model_alloc_decode, state, b["npu_gather"]))
         return
     # Batches opening fewer than 200 pages go to an Ascend Triton kernel (sgl_kernel_npu) that
     # cannot run here; those at 200 or more take the engine's torch path, and a short pool
     # returns None before either (the states below make both).
     for j in range(count):
         state = st.extend_state(rng, min_new_pages=200 if j % 4 else 0, short=not j % 4)
-        yield (state, (lambda s=state: ec.engine_alloc_extend(cls, s)),
-               (lambda s=state: mc.model_alloc_extend(s, out_dtype=torch.int32)))
+        yield (state, partial(ec.engine_alloc_extend, cls, state),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int32))
 
 
 def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
@@ -196,13 +199,13 @@ def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str
     triton = "[triton]" in function
     if "alloc_decode" in function:
         for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
-            yield (state, (lambda s=state: ec.engine_alloc_decode(cls, s, triton=triton)),
-                   (lambda s=state: mc.model_alloc_decode(s, b["cuda_gather"], out_dtype=torch.int64)))
+            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton),
+                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64))
         return
     for _ in range(count):
         state = st.extend_state(rng)
-        yield (state, (lambda s=state: ec.engine_alloc_extend(cls, s, triton=triton)),
-               (lambda s=state: mc.model_alloc_extend(s, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"])))
+        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"]))
 
 
 def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,

@@ -10,6 +10,7 @@ from ``data/engines.json``; its ``conformance`` entries hold what only conforman
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -23,30 +24,43 @@ Row = dict[str, Any]
 DEFAULT_STATES = 1000
 
 
-def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, str]]:
-    """The model settings that stand for ``engine``, and module paths that moved in it."""
+SPECIAL = ("module_paths", "patch", "wheel")  # conformance entries that are not model settings
+
+
+def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model settings that stand for ``engine``, and how to load it.
+
+    The second dict holds ``module_paths`` (modules that moved in this version), ``wheel`` (the
+    released version whose code is loaded; a patched variant such as
+    ``sglang==0.5.14+dsa-width-w`` names its base) and ``patch`` (a one-line edit in the
+    engine's own source-patcher format, for a behaviour no release carries).
+    """
     data = json.loads(path.read_text())
     for version in data.get("versions", []):
         if version.get("engine") == engine:
             entries = version.get("conformance", {})
-            settings = {name: entry["value"] for name, entry in entries.items() if name != "module_paths"}
-            moved = entries.get("module_paths", {}).get("value", {})
-            return settings, dict(moved)
+            settings = {name: entry["value"] for name, entry in entries.items() if name not in SPECIAL}
+            load = {name: entries[name]["value"] for name in SPECIAL if name in entries}
+            return settings, load
     known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
     raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
 
 
 def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool = False,
-                timeout: float = 3600) -> list[Row]:
-    """Every row for one version; FetchError when its wheel can neither be fetched nor found."""
-    settings, moved = behaviour(engine)
-    install = wheels.fetch(engine)
+                timeout: float = 3600, only: Sequence[str] = ()) -> list[Row]:
+    """Every row for one version (or those whose name holds a part of ``only``); FetchError when
+    its wheel can neither be fetched nor found."""
+    settings, load = behaviour(engine)
+    install = wheels.fetch(load.get("wheel", engine))
     triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir()  # a cached triton is used
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
-           "states": states, "behaviour": settings, "module_paths": moved,
+           "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
+           "patch": load.get("patch"), "only": list(only),
            "triton_dir": str(triton_dir) if triton_dir else None}
+    # Bytecode is written into the cache folder: the engine's ~2,000 modules compile once, not per run.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run([sys.executable, "-m", "workbench.engines.worker"], input=json.dumps(job),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not rows:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

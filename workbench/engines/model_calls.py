@@ -95,7 +95,7 @@ def model_dsa_replay(state: State, behaviour: Behaviour, tables: dict[str, torch
         bs, per_request = len(state["seq_lens"]), dsa_query_rows(state)
         t = DsaPageTable.allocate(g, behaviour["dsa_rule"], rows=state["max_bs"] * max(1, per_request))
         # draft-extend's rows per request: the accept length at the seed fixes, D from 0.5.23
-        accept = g.draft_tokens if behaviour["dsa_draft_extend_rows"] == "draft-tokens" else 1
+        accept = g.draft_tokens if behaviour["dsa_draft_extend_rows"] == "draft-tokens" else state.get("accept_len", 1)
         t.replay(tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"], Mode.parse(state["mode"]),
                  draft_tokens=g.draft_tokens, accept_len=accept, replay=Replay.parse(behaviour["dsa_replay"]))
         used = bs * per_request

@@ -11,12 +11,13 @@ the allocator's bookkeeping are the engine's own code.
 from __future__ import annotations
 
 import importlib
+import inspect
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
 
-from workbench.engines.answers import Answer, catching, none, ok, tensor
+from workbench.engines.answers import MADE_HERE, Answer, Moved, catching, none, ok, tensor
 from workbench.engines.states import State, geometry_of
 from workbench.model.geometry import Mode
 
@@ -39,14 +40,27 @@ def _sizing_context(sizing: ModuleType, state: State) -> None:
     sizing.max_speculative_num_draft_tokens = lambda: state["draft_tokens"] or None  # type: ignore[attr-defined]
 
 
-def engine_alloc_len(sizing: ModuleType, state: State) -> Answer:
+def _server_args(state: State) -> SimpleNamespace:
+    """Up to 0.5.16 the sizing functions read ``server_args`` instead of the runtime context."""
+    d = state["draft_tokens"] or None
+    return SimpleNamespace(speculative_algorithm=state["algorithm"], speculative_num_steps=state["spec_steps"],
+                           speculative_eagle_topk=state["spec_topk"], speculative_num_draft_tokens=d,
+                           max_speculative_num_draft_tokens=d, page_size=state["page_size"])
+
+
+def _sizing_call(sizing: ModuleType, name: str, state: State) -> Answer:
+    function = getattr(sizing, name)
     _sizing_context(sizing, state)
-    return catching(lambda: ok(value=int(sizing.get_alloc_len_per_decode())))
+    takes_args = bool(inspect.signature(function).parameters)
+    return catching(lambda: ok(value=int(function(_server_args(state)) if takes_args else function())))
+
+
+def engine_alloc_len(sizing: ModuleType, state: State) -> Answer:
+    return _sizing_call(sizing, "get_alloc_len_per_decode", state)
 
 
 def engine_extra(sizing: ModuleType, state: State) -> Answer:
-    _sizing_context(sizing, state)
-    return catching(lambda: ok(value=int(sizing.get_req_to_token_extra_context_len())))
+    return _sizing_call(sizing, "get_req_to_token_extra_context_len", state)
 
 
 # ---- forward modes and speculative inputs --------------------------------------------------
@@ -60,9 +74,17 @@ def forward_mode(fbi: ModuleType, mode: str) -> Any:
     return getattr(fm, "DRAFT_EXTEND_V2", None) or fm.DRAFT_EXTEND
 
 
-def spec_info(mode: str) -> Any:
-    """The drafter's input: present in speculative modes (an EAGLE/NGRAM one, never DFlash)."""
-    return None if mode == "decode" else SimpleNamespace(spec_input_type=None, num_accept_tokens=None)
+def spec_info(mode: str, state: State | None = None) -> Any:
+    """The drafter's input: present in speculative modes (an EAGLE/NGRAM one, never DFlash).
+
+    In draft-extend it carries each request's accepted tokens (the state's ``accept_len``).
+    """
+    if mode == "decode":
+        return None
+    accepted = None
+    if state is not None and "accept_len" in state:
+        accepted = torch.full((len(state["seq_lens"]),), state["accept_len"], dtype=torch.int32)
+    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted)
 
 
 # ---- Ascend block tables ------------------------------------------------------------------
@@ -71,6 +93,7 @@ def ascend_backend(mod: ModuleType, state: State) -> Any:
     """An AscendAttnBackend as ``init_cuda_graph_state`` and the replay see it."""
     mod.get_parallel = lambda: NO_DCP  # type: ignore[attr-defined]
     b = object.__new__(mod.AscendAttnBackend)
+    setattr(b, MADE_HERE, True)
     b.max_context_len = state["context_len"]
     b.page_size = state["page_size"]
     b.speculative_num_draft_tokens = state["draft_tokens"] or None
@@ -113,17 +136,38 @@ def engine_ascend_replay(mod: ModuleType, fbi: ModuleType, state: State, tables:
         b.full_to_swa_index_mapping = tables["full_to_swa"]
         fm = forward_mode(fbi, state["mode"])
         seq_lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
-        b._init_cuda_graph_metadata(bs, fm, seq_lens)
         branch = state["branch"]
+        if not hasattr(b, "_apply_cuda_graph_metadata"):
+            _ascend_replay_before_0_5_12(b, state, fm, seq_lens, bs)
+            return _ascend_tables(b, state, bs)
+        mirrorless = "max_seq_len_host" in inspect.signature(b._apply_cuda_graph_metadata).parameters
+        if branch != "mirror" and not mirrorless:
+            raise Moved("this version's replay has only the CPU-mirror branch (no host max length, no static copy)")
+        host = {"max_seq_len_host": state["max_seq_len_host"] if branch == "host" else None} if mirrorless else {}
+        b._init_cuda_graph_metadata(bs, fm, seq_lens)
         b._apply_cuda_graph_metadata(
             bs=bs, req_pool_indices=torch.arange(1, bs + 1), seq_lens=seq_lens,
             seq_lens_cpu=seq_lens if branch == "mirror" else None, forward_mode=fm,
-            spec_info=spec_info(state["mode"]),
-            max_seq_len_host=state["max_seq_len_host"] if branch == "host" else None)
-        gm = b.graph_metadata
-        swa = gm["block_tables_swa"][:bs] if state["hybrid_swa"] and branch == "mirror" else None
-        return ok(block_tables=tensor(gm["block_tables"][:bs]), block_tables_swa=tensor(swa))
+            spec_info=spec_info(state["mode"]), **host)
+        return _ascend_tables(b, state, bs)
     return catching(call)
+
+
+def _ascend_tables(b: Any, state: State, bs: int) -> Answer:
+    gm = b.graph_metadata
+    swa = gm["block_tables_swa"][:bs] if state["hybrid_swa"] and state["branch"] == "mirror" else None
+    return ok(block_tables=tensor(gm["block_tables"][:bs]), block_tables_swa=tensor(swa))
+
+
+def _ascend_replay_before_0_5_12(b: Any, state: State, fm: Any, seq_lens: torch.Tensor, bs: int) -> None:
+    """Up to 0.5.10 capture and replay were the public pair; the replay had only the mirror branch."""
+    if state["branch"] != "mirror":
+        raise Moved("this version's replay has only the CPU-mirror branch (no host max length, no static copy)")
+    b.is_dllm_model = False
+    rows = torch.arange(1, bs + 1)
+    b.init_forward_metadata_capture_cuda_graph(bs, bs, rows, seq_lens, None, fm, spec_info(state["mode"]))
+    b.init_forward_metadata_replay_cuda_graph(bs, rows, seq_lens, int(seq_lens.sum()), None, fm,
+                                              spec_info(state["mode"]), seq_lens)
 
 
 # ---- DSA page table -----------------------------------------------------------------------
@@ -142,9 +186,10 @@ def _expand_seqlens(extend_seq_lens: torch.Tensor, cache_seqlens: torch.Tensor, 
 
 def dsa_backend(mod: ModuleType, state: State, req_to_token: torch.Tensor | None) -> Any:
     if hasattr(mod, "seqlens_expand_triton"):
-        mod.seqlens_expand_triton = _expand_seqlens
+        mod.seqlens_expand_triton = _expand_seqlens  # type: ignore[attr-defined]
     b = object.__new__(mod.DeepseekSparseAttnBackend if hasattr(mod, "DeepseekSparseAttnBackend")
                        else mod.NativeSparseAttnBackend)
+    setattr(b, MADE_HERE, True)
     b.device = "cpu"
     b.req_to_token = req_to_token if req_to_token is not None else torch.zeros(
         (1, geometry_of(state).request_table_width), dtype=torch.int32)
@@ -172,6 +217,8 @@ def dsa_backend(mod: ModuleType, state: State, req_to_token: torch.Tensor | None
     b.dsa_prefill_impl = "flashmla_sparse"
     b.use_mha = False
     b._ensure_multi_ctas_kv_counter_capacity = lambda n: None
+    for name in ("decode_impl", "prefill_impl", "index_topk", "index_kpool", "topk_backend"):
+        setattr(b, f"nsa_{name}", getattr(b, f"dsa_{name}"))  # the same settings before the rename to dsa_*
     return b
 
 
@@ -186,7 +233,7 @@ class _NullContext:
 def dsa_rows(state: State) -> int:
     """``max_num_tokens``: query rows per request times ``max_bs`` (D in verify and draft-extend)."""
     per_request = state["draft_tokens"] if state["mode"] in ("target-verify", "draft-extend") else 1
-    return state["max_bs"] * max(1, per_request)
+    return int(state["max_bs"]) * max(1, int(per_request))
 
 
 def engine_dsa_init(mod: ModuleType, state: State) -> Answer:
@@ -202,6 +249,8 @@ def engine_dsa_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: di
     """Capture for ``bs`` requests (``_build_forward_metadata_cuda_graph``), then one replay."""
     def call() -> Answer:
         b = dsa_backend(mod, state, tables["req_to_token"])
+        if not hasattr(b, "_apply_cuda_graph_metadata") or not hasattr(b, "_build_forward_metadata_cuda_graph"):
+            raise Moved("this version's DSA backend has no _build_forward_metadata_cuda_graph/_apply_cuda_graph_metadata")
         bs = len(state["seq_lens"])
         b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
         fm = forward_mode(fbi, state["mode"])
@@ -209,7 +258,7 @@ def engine_dsa_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: di
         rows = torch.arange(1, bs + 1)
         b._build_forward_metadata_cuda_graph(bs, None, rows, capture_lens, None, fm, spec_info(state["mode"]))
         seq_lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
-        b._apply_cuda_graph_metadata(bs, rows, seq_lens, seq_lens, fm, spec_info(state["mode"]))
+        b._apply_cuda_graph_metadata(bs, rows, seq_lens, seq_lens, fm, spec_info(state["mode"], state))
         md = b.decode_cuda_graph_metadata[bs]
         real = md.real_page_table if state["page_size"] > 1 else None
         return ok(page_table=tensor(md.page_table_1), real_page_table=tensor(real))
@@ -220,7 +269,8 @@ def engine_dsa_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: di
 
 def allocator(cls: type, state: State, *, triton: bool = False) -> Any:
     """A paged allocator caught mid-run: the state's free list and parked (staged) pages."""
-    a = object.__new__(cls)
+    a: Any = object.__new__(cls)
+    setattr(a, MADE_HERE, True)
     a.page_size = state["page_size"]
     a.device = "cpu"
     a.debug_mode = False

@@ -47,8 +47,18 @@ def strict() -> None:
     _STRICT[0] = True
 
 
+def lenient() -> None:
+    """Back to import mode, before the next group of engine modules loads."""
+    _STRICT[0] = False
+
+
 class StandInCalled(RuntimeError):
     """A stand-in was called as a function: the engine code needs the real library."""
+
+
+# Names whose use must fail as on a machine without the device: engine code probes them inside
+# ``try`` and takes its CPU path on the exception (``triton.runtime.driver.active`` in fla/utils).
+NO_DEVICE = frozenset({"triton.runtime.driver.active"})
 
 
 class StandInMeta(type):
@@ -57,6 +67,8 @@ class StandInMeta(type):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        if f"{cls.__qualname__}.{name}" in NO_DEVICE:
+            raise RuntimeError(f"{cls.__qualname__}.{name}: no device here (a stand-in)")
         return stand_in(f"{cls.__qualname__}.{name}")
 
     def __getitem__(cls, item: object) -> Any:
@@ -70,12 +82,34 @@ class StandInMeta(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         # Used as a decorator (``@torch_npu.something`` or ``@triton.jit``): give the function back.
-        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
-            return args[0]
+        if not _STRICT[0] and len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
+            return Decorated(args[0], cls.__qualname__)
         if cls.__dict__.get("_direct", False) and _STRICT[0]:
             # The engine really calls the missing library: whatever it computed would be made up.
             raise StandInCalled(f"{cls.__qualname__} is a stand-in (the library is not installed)")
         return super().__call__(*args, **kwargs)  # an engine class that subclasses a stand-in
+
+
+class Decorated:
+    """A function decorated by a stand-in (``@triton.jit``): callable as itself, but launching it
+    as a kernel (``kernel[grid](...)``) needs the real library, so that raises StandInCalled."""
+
+    def __init__(self, function: Any, decorator: str) -> None:
+        self.function = function
+        self.decorator = decorator
+        self.__name__ = getattr(function, "__name__", "function")
+        self.__doc__ = getattr(function, "__doc__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __getitem__(self, grid: object) -> Any:
+        if not _STRICT[0]:
+            return self
+        raise StandInCalled(f"{self.__name__} is a {self.decorator} kernel and that library is not installed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.function, name)
 
 
 class StandInBase(metaclass=StandInMeta):
@@ -88,7 +122,7 @@ class StandInBase(metaclass=StandInMeta):
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
         """Engine pydantic models with a stood-in field type (xgrammar's) accept anything."""
-        from pydantic_core import core_schema
+        from pydantic_core import core_schema  # type: ignore[import-not-found]  # the engine's cache, not ours
 
         return core_schema.any_schema()
 
@@ -99,6 +133,8 @@ class StandInBase(metaclass=StandInMeta):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not _STRICT[0]:
+            if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
+                return Decorated(args[0], type(self).__qualname__)  # ``@triton.jit(do_not_specialize=...)``
             return stand_in(f"{type(self).__qualname__}()")
         raise StandInCalled(f"{type(self).__qualname__}() is a stand-in (the library is not installed)")
 

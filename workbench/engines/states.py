@@ -129,7 +129,10 @@ def decode_state(rng: random.Random) -> State:
 
 def extend_state(rng: random.Random, *, min_new_pages: int = 0, short: bool = False) -> State:
     """A prefill (or speculative verify) batch: prefix and new lengths, last_loc, a free list."""
-    ps = rng.choice((2, 4, 16, 64, 128, 256)) if rng.random() < 0.7 else rng.randint(2, 256)
+    if min_new_pages:  # 200 pages and more: small pages, or a state would be 50k tokens
+        ps = rng.choice((2, 4, 8, 16))
+    else:
+        ps = rng.choice((2, 4, 16, 64, 128, 256)) if rng.random() < 0.7 else rng.randint(2, 256)
     bs = rng.randint(1, 8)
     prefix = [rng.choice((0, rng.randint(0, 6 * ps))) for _ in range(bs)]
     extra = [rng.randint(0, 4 * ps) for _ in range(bs)]
@@ -158,4 +161,4 @@ def _pool_size(rng: random.Random, need: int) -> int:
 
 
 SEED_DECODE: State = {"page_size": 4, "seq_lens": [5, 10, 7], "last_loc": [11, 20, 29], "free_pages": [11],
-                      "parked_pages": []}  # spec section 4's seed vector
+                      "parked_pages": [], "seed": "exact-fit decode, ps 4 (spec section 4)"}  # the seed vector

@@ -31,6 +31,9 @@ SMALL_DEPS = ("msgspec", "orjson", "psutil", "pybase64", "dill", "pydantic", "st
 PINNED_FROM_WHEEL = ("transformers", "tokenizers")
 
 
+LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
+
+
 class FetchError(RuntimeError):
     """The engine's wheel is neither cached nor fetchable; the message is one line."""
 
@@ -71,7 +74,8 @@ def cached(engine: str) -> EngineInstall | None:
     """The install of ``engine`` if a complete one is in the cache."""
     name, version = split_engine(engine)
     folder = cache_root() / f"{name}-{version}"
-    if not (folder / "ready").exists():
+    ready = folder / "ready"
+    if not ready.exists() or LAYOUT not in ready.read_text():
         return None
     return EngineInstall(engine, folder / "src", folder / "deps")
 
@@ -92,11 +96,25 @@ def fetch(engine: str) -> EngineInstall:
     with zipfile.ZipFile(wheels[0]) as whl:
         whl.extractall(src)
     got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
+    if got.returncode == 0:
+        got = _pip("install", "--no-deps", "--target", str(deps), _torchvision_for_torch())
     if got.returncode != 0:
-        raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}): "
-                         f"{_last_line(got.stderr)}")
-    (folder / "ready").write_text(f"{wheels[0].name}\n")
+        raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
+                         f"torchvision): {_last_line(got.stderr)}")
+    (folder / "ready").write_text(f"{LAYOUT}\n{wheels[0].name}\n")
     return EngineInstall(engine, src, deps)
+
+
+def _torchvision_for_torch() -> str:
+    """The torchvision release built against the running torch (torch 2.N pairs with 0.(N+15)).
+
+    Only its presence matters: some transformers releases refuse to register the engine's image
+    processors without it. It is installed without dependencies, so it cannot pull in a torch.
+    """
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return f"torchvision=={major - 2}.{minor + 15}.*"
 
 
 def _pins(src: Path, names: tuple[str, ...]) -> list[str]:
