@@ -22,3 +22,11 @@ def _one_torch_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here rather than in pyproject.toml so that adding them does not re-run set-up.
+    config.addinivalue_line("markers", "engine: runs a released engine's code (fetched once into the cache); "
+                                       "deselect offline with -m 'not engine'")
+    config.addinivalue_line("markers", "engine_versions: conformance of every modelled engine version (slow; "
+                                       "WORKBENCH_ENGINE_VERSIONS=1)")

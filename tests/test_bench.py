@@ -25,7 +25,7 @@ def test_bench_json_has_every_field() -> None:
     results = json.loads(done.stdout)
     assert set(results) == FIELDS
     assert sum(results["verified_by_component"].values()) == 30
-    assert set(results["alloc_decode_us_batch_256"]) == {"npu-legacy", "npu-clamped", "cuda-masked"}
+    assert set(results["alloc_decode_us_batch_256"]) == {"npu-legacy", "npu-clamped", "cuda-masked", "cuda-checked"}
 
 
 def test_verified_answers_equal_bisection() -> None:

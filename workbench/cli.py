@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip confirming reachable failures by serving runs")
+    conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")
+    conf.add_argument("--engine", default="sglang==0.5.23", help="NAME==VERSION, several comma-separated (default sglang==0.5.23)")
+    conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
+    conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
+    conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
+    conf.add_argument("--triton", action="store_true", help="fetch triton (large) to run the Triton kernels interpreted")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -304,6 +310,11 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "conformance":  # runs engine code in worker processes; no device here
+            from workbench.engines.conformance import main as conformance
+
+            return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
+                               triton=args.triton, out=out)
         selection = select_device(args.device)
         if args.device == "auto":  # say what was found, on stderr so the results stay clean
             print(f"workbench: {selection.summary}", file=sys.stderr)

@@ -161,6 +161,39 @@ class NpuBlockTables:
         return max_len
 
 
+    def replay_mirrorless(
+        self,
+        req_to_token: torch.Tensor,
+        rows: Sequence[int],
+        mode: Mode,
+        *,
+        max_seq_len_host: int | None,
+        draft_tokens: int = 0,
+        step_id: int = 0,
+    ) -> int:
+        """The two replays without the CPU mirror ``seq_lens_cpu`` (SGLang 0.5.23, engines.md 1.2).
+
+        With ``max_seq_len_host`` (the scheduler's host-side max of the allocated lengths) the
+        reads are that plus ``step_id + 1`` in a draft step and plus ``D`` in every other
+        speculative mode, draft-extend included; the SWA table is not refreshed. With neither,
+        a static copy of ``min(B, cdiv(W, ps))`` pages, which never raises. Returns the tokens
+        the copy covered. Worked example: W = 32927, ps 128, B = 257: the static copy takes
+        min(257, 258) = 257 pages of every row.
+        """
+        bs = len(rows)
+        ps = self.page_size
+        index = torch.as_tensor(list(rows), dtype=torch.int64, device=req_to_token.device)
+        if max_seq_len_host is None:
+            num_pages = min(self.width_pages, cdiv(req_to_token.shape[1], ps))
+            max_len = num_pages * ps
+        else:
+            max_len = max_seq_len_host + (step_id + 1 if mode is Mode.DRAFT_DECODE else draft_tokens)
+            num_pages = cdiv(max_len, ps)
+        src = req_to_token[:, 0:max_len:ps].index_select(0, index) // ps
+        _fill(self.block_tables, bs, num_pages, src)
+        return max_len
+
+
 def _fill(table: torch.Tensor, bs: int, num_pages: int, src: torch.Tensor) -> None:
     table[:bs, :num_pages].copy_(src)  # raises when the clamped destination is narrower
     table[:bs, num_pages:] = PAD_PAGE

@@ -55,5 +55,19 @@ class CudaMaskedGather(DecodeGather):
         return out
 
 
-GATHERS: tuple[DecodeGather, ...] = (CudaMaskedGather(),)
+class CudaCheckedGather(CudaMaskedGather):
+    name = "cuda-checked"
+    change = "sglang 0.5.23: capacity checked before the kernel (srt/mem_cache/allocator/paged.py:290-300)"
+    quirk = "only page-opening rows read, and never on a short pool: None before any read"
+
+    def decode(self, alloc: PagedAllocator, need: torch.Tensor, start: torch.Tensor, last: torch.Tensor,
+               num_new_pages: int, batch: int) -> torch.Tensor | None:
+        if batch > len(alloc.free_pages):  # merges on the batch size, as before
+            alloc.merge_and_sort_free()
+        if num_new_pages > len(alloc.free_pages):
+            return None
+        return self._kernel(alloc, need, start, last)
+
+
+GATHERS: tuple[DecodeGather, ...] = (CudaMaskedGather(), CudaCheckedGather())
 SEEDS: tuple[Seed, ...] = ()

@@ -31,8 +31,7 @@ class Gather(Choice):
     NPU_LEGACY = "npu-legacy"  # gathers for every row: out of bounds on an exactly full pool
     NPU_CLAMPED = "npu-clamped"  # the fix: clamp the index of rows that open no page
     CUDA_MASKED = "cuda-masked"  # Triton kernel: only page-opening rows read; capacity checked after
-
-
+    CUDA_CHECKED = "cuda-checked"  # the same kernel, capacity checked before it (SGLang 0.5.23)
 
 class IntegrityError(AssertionError):
     """The allocator's bookkeeping is inconsistent; the message carries the counts."""
@@ -113,8 +112,15 @@ class PagedAllocator:
         prefix_lens: Sequence[int] | torch.Tensor,
         seq_lens: Sequence[int] | torch.Tensor,
         last_loc: Sequence[int] | torch.Tensor,
+        *,
+        merge_bound: int | None = None,
     ) -> torch.Tensor | None:
         """Slots for positions ``prefix .. seq - 1`` of each request, or None when short.
+
+        ``merge_bound``: merge parked pages first when fewer pages than this are free. SGLang
+        0.5.23's CUDA allocator does so on an upper bound of the pages a batch can open
+        (``extend_tokens // ps + bs + 1``) before it counts them exactly; None merges only when
+        the exact count is short, as the NPU allocator does.
 
         Worked example, ps = 4, one request with prefix 6, seq 13, last_loc 21 (slot of token 5),
         free pages [9, 3]: positions 6, 7 finish the old page (slots 22, 23); positions 8..11 fill
@@ -128,6 +134,8 @@ class PagedAllocator:
         # (bs,) pages each request opens; exclusive prefix sum gives its offset in free_pages.
         new_pages = (seq + ps - 1) // ps - (prefix + ps - 1) // ps
         num_new_pages = int(new_pages.sum())
+        if merge_bound is not None and merge_bound > len(self.free_pages):
+            self.merge_and_sort_free()
         if not self.ensure_pages(num_new_pages):
             return None
         counts = seq - prefix

@@ -1,0 +1,235 @@
+"""Every engine function conformance checks, with the states it tries and both sides' calls.
+
+A ``Check`` names the engine modules it needs and the functions (table rows) it covers; its
+``pairs`` yields, per state, the engine's call and the model's call, both still to be run. The
+states of a row are the seed cases where the row has one, the sweep-grid boundaries (the
+committed length at the first failing one and one below), then ``count`` seeded random states.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
+from workbench.engines import model_calls as mc
+from workbench.engines import sglang_calls as ec
+from workbench.engines import states as st
+from workbench.engines.answers import Answer
+from workbench.model.geometry import Mode
+
+Pair = tuple[st.State, Callable[[], Answer], Callable[[], Answer]]
+Pairs = Callable[[str, Mapping[str, ModuleType], Mapping[str, Any], random.Random, int], Iterator[Pair]]
+
+
+@dataclass(frozen=True)
+class Check:
+    modules: tuple[str, ...]  # keys into the version's module paths (first one names the row's import)
+    functions: tuple[str, ...]
+    pairs: Pairs
+    triton: tuple[str, ...] = field(default=())  # functions that run a Triton kernel
+
+    def needs_triton(self, function: str) -> bool:
+        return function in self.triton
+
+
+# Where each module lives in 0.5.23; a version whose files moved overrides it (conformance.py).
+MODULE_PATHS = {
+    "sizing": "sglang.srt.mem_cache.allocation_sizing",
+    "ascend": "sglang.srt.hardware_backend.npu.attention.ascend_backend",
+    "dsa": "sglang.srt.layers.attention.dsa_backend",
+    "fbi": "sglang.srt.model_executor.forward_batch_info",
+    "npu_alloc": "sglang.srt.hardware_backend.npu.allocator_npu",
+    "paged": "sglang.srt.mem_cache.allocator.paged",
+    "fa3_meta": "sglang.kernels.ops.attention.metadata",
+}
+
+
+def import_modules(keys: Sequence[str], overrides: Mapping[str, str]) -> dict[str, ModuleType]:
+    return {key: importlib.import_module(overrides.get(key, MODULE_PATHS[key])) for key in keys}
+
+
+def settle_torch_without_triton() -> None:
+    """Import the torch modules that probe for triton before any stand-in exists.
+
+    torch caches "no triton" at import; were a stand-in ``triton`` in ``sys.modules`` first,
+    torch would read its version and fail.
+    """
+    for name in ("torch._inductor.ir", "torch._inductor.debug", "torch._inductor.utils",
+                 "torch._inductor.kernel", "torch._inductor.runtime.hints", "torch._dynamo"):
+        importlib.import_module(name)
+
+
+# ---- sizing -------------------------------------------------------------------------------
+
+def _sizing_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                  count: int) -> Iterator[Pair]:
+    for state in st.sizing_states(rng, count):
+        if function.endswith("get_alloc_len_per_decode"):
+            yield state, partial(ec.engine_alloc_len, m["sizing"], state), partial(mc.model_alloc_len, state)
+        else:
+            yield state, partial(ec.engine_extra, m["sizing"], state), partial(mc.model_extra, state, b)
+
+
+# ---- table states: seeds, boundaries, random ----------------------------------------------
+
+def _seed_state(seed_case: Mapping[str, Any], algorithm: str, name: str) -> st.State:
+    shape = {"spec_steps": 1, "spec_topk": 1, "draft_has_kv": True, "step_id": 0, "hybrid_swa": False,
+             "width_gen": "g1", "max_bs": 1}
+    keys = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "draft_has_kv", "seq_lens", "mode")
+    return {**shape, **{k: seed_case[k] for k in keys if k in seed_case}, "algorithm": algorithm, "seed": name}
+
+
+def _grid_boundaries(rng: random.Random, width_of: Callable[[st.State], int], look: Callable[[st.State], int],
+                     unit: Callable[[st.State], int], modes: tuple[str, ...]) -> Iterator[st.State]:
+    """The sweep grid's boundaries: the first committed length whose reads pass the width."""
+    for ctx in (4096, 32768, 90000, 1048576):
+        for ps in (1, 64, 128, 256):
+            for d in (0, 4, 6, 16):
+                for mode in modes:
+                    if (not d and mode != "decode") or (ctx > 100_000 and (ps == 1 or d > 6)):
+                        continue  # 1M-column token tables times 16 rows: the random states cover it
+                    state: st.State = {"context_len": ctx, "page_size": ps, "draft_tokens": d, "spec_steps": max(1, d - 1),
+                                       "spec_topk": 1, "draft_has_kv": True, "algorithm": "EAGLE" if d else None,
+                                       "width_gen": rng.choice(("g1", "g2", "g3")), "mode": mode, "step_id": 0,
+                                       "hybrid_swa": False, "max_bs": 1}
+                    g = st.geometry_of(state)
+                    top = g.max_committed_len(Mode.parse(mode))
+                    first = min(width_of(state) * unit(state) - look(state) + 1, top)
+                    yield from st.boundary_states(state, first)
+
+
+def _table_states(rng: random.Random, count: int, seeds: Sequence[st.State], modes: tuple[str, ...],
+                  width_of: Callable[[st.State], int], unit: Callable[[st.State], int]) -> Iterator[st.State]:
+    def look(s: st.State) -> int:
+        return st.geometry_of(s).lookahead(Mode.parse(s["mode"]), s["step_id"])
+
+    yield from seeds
+    yield from _grid_boundaries(rng, width_of, look, unit, modes)
+    for _ in range(count):
+        yield st.table_state(rng, modes=modes)
+
+
+def _ascend_width(b: Mapping[str, Any]) -> Callable[[st.State], int]:
+    from workbench.backends.sglang_ascend_block_tables import RULES
+
+    return lambda s: RULES[b["ascend_rule"]].width(st.geometry_of(s))
+
+
+def _dsa_width(b: Mapping[str, Any]) -> Callable[[st.State], int]:
+    from workbench.backends.sglang_dsa_page_table import RULES
+
+    return lambda s: RULES[b["dsa_rule"]].width(st.geometry_of(s))
+
+
+ASCEND_SEEDS = [_seed_state(QWQ_NPU.before, "NGRAM", "QwQ-32B NGRAM verify at 32753 (spec section 2)")]
+
+
+def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                  count: int) -> Iterator[Pair]:
+    branch = function.split("[")[-1].rstrip("]") if "[" in function else "init"
+    width, page = _ascend_width(b), (lambda s: s["page_size"])
+    for i, state in enumerate(_table_states(rng, count, ASCEND_SEEDS, st.MODES, width, page)):
+        state = {**state, "branch": branch}
+        if branch == "init":
+            yield state, partial(ec.engine_ascend_init, m["ascend"], state), partial(mc.model_ascend_init, state, b)
+            continue
+        if branch == "host":
+            if not state["draft_tokens"]:
+                continue  # without speculation the engine adds D = None: not a state it replays (README)
+            state["max_seq_len_host"] = max(state["seq_lens"]) + rng.randint(0, state["page_size"])
+        tables = mc.request_tables(state, seed=i)
+        yield (state, partial(ec.engine_ascend_replay, m["ascend"], m["fbi"], state, tables),
+               partial(mc.model_ascend_replay, state, b, tables))
+
+
+DSA_SEEDS = [_seed_state(GLM_DSA.before, "EAGLE", "GLM-5.2 EAGLE verify at 90001 (spec section 3)")]
+
+
+def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+               count: int) -> Iterator[Pair]:
+    mode = function.split("[")[-1].rstrip("]") if "[" in function else None
+    modes = (mode,) if mode else ("decode", "target-verify", "draft-extend")
+    seeds = [s for s in DSA_SEEDS if s["mode"] in modes]
+    for i, state in enumerate(_table_states(rng, count, seeds, modes, _dsa_width(b), lambda s: 1)):
+        # One query row per request in the capture as well (max_bs = bs): a DSA table is
+        # rows x W int32, and every spare row would be zeros the two sides copy alike.
+        state = {**state, "hybrid_swa": False, "max_bs": len(state["seq_lens"])}
+        if state["mode"] == "draft-extend":  # tokens each request accepted: 1 .. D, one for the batch
+            state["accept_len"] = rng.randint(1, state["draft_tokens"])
+        if mode is None:
+            yield state, partial(ec.engine_dsa_init, m["dsa"], state), partial(mc.model_dsa_init, state, b)
+            continue
+        if st.geometry_of(state).request_table_width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
+            state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}  # keep a state's tables small
+        tables = mc.request_tables(state, seed=i)
+        yield (state, partial(ec.engine_dsa_replay, m["dsa"], m["fbi"], state, tables),
+               partial(mc.model_dsa_replay, state, b, tables))
+
+
+# ---- allocators ---------------------------------------------------------------------------
+
+def _npu_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                     count: int) -> Iterator[Pair]:
+    cls = m["npu_alloc"].NPUPagedTokenToKVPoolAllocator
+    if function.endswith("alloc_decode"):
+        for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
+            yield (state, partial(ec.engine_alloc_decode, cls, state),
+                   partial(mc.model_alloc_decode, state, b["npu_gather"]))
+        return
+    # Batches opening fewer than 200 pages go to an Ascend Triton kernel (sgl_kernel_npu) that
+    # cannot run here; those at 200 or more take the engine's torch path, and a short pool
+    # returns None before either (the states below make both).
+    for j in range(count):
+        state = st.extend_state(rng, min_new_pages=200 if j % 4 else 0, short=not j % 4)
+        yield (state, partial(ec.engine_alloc_extend, cls, state),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int32))
+
+
+def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                      count: int) -> Iterator[Pair]:
+    cls = m["paged"].PagedTokenToKVPoolAllocator
+    triton = "[triton]" in function
+    if "alloc_decode" in function:
+        for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
+            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton),
+                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64))
+        return
+    for _ in range(count):
+        state = st.extend_state(rng)
+        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"]))
+
+
+def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+               count: int) -> Iterator[Pair]:
+    raise NotImplementedError("the FA3 page-table model (sglang-fa3-page-table) is the lead's, not yet merged")
+
+
+CHECKS = (
+    Check(("sizing",), ("allocation_sizing.get_alloc_len_per_decode",
+                        "allocation_sizing.get_req_to_token_extra_context_len"), _sizing_pairs),
+    Check(("ascend", "fbi"), ("AscendAttnBackend.init_cuda_graph_state",
+                              "AscendAttnBackend.replay[mirror]", "AscendAttnBackend.replay[host]",
+                              "AscendAttnBackend.replay[static]"), _ascend_pairs),
+    Check(("dsa", "fbi"), ("DeepseekSparseAttnBackend.init_cuda_graph_state",
+                           "DeepseekSparseAttnBackend.replay[decode]", "DeepseekSparseAttnBackend.replay[target-verify]",
+                           "DeepseekSparseAttnBackend.replay[draft-extend]"), _dsa_pairs),
+    Check(("npu_alloc",), ("NPUPagedTokenToKVPoolAllocator.alloc_decode",
+                           "NPUPagedTokenToKVPoolAllocator.alloc_extend"), _npu_alloc_pairs),
+    Check(("paged",), ("PagedTokenToKVPoolAllocator.alloc_decode[triton]",
+                       "PagedTokenToKVPoolAllocator.alloc_extend[triton]",
+                       "PagedTokenToKVPoolAllocator.alloc_decode[torch]",
+                       "PagedTokenToKVPoolAllocator.alloc_extend[torch]"), _cuda_alloc_pairs,
+          triton=("PagedTokenToKVPoolAllocator.alloc_decode[triton]", "PagedTokenToKVPoolAllocator.alloc_extend[triton]")),
+    Check(("fa3_meta",), ("metadata.normal_decode_set_metadata",), _fa3_pairs,
+          triton=("metadata.normal_decode_set_metadata",)),
+)
+

@@ -1,0 +1,109 @@
+"""``workbench conformance``: each engine version's own functions against the workbench's models.
+
+For every version asked for, the engine's wheel is fetched into the workbench's cache (once), a
+worker process of its own loads it (``worker.py``) and runs every check on the same seeded
+states as the models, and this module gathers the rows and prints them: a table, or one JSON
+object per line. The behaviour each version ships (which sizing rule, replay, gather...) is read
+from ``data/engines.json``; its ``conformance`` entries hold what only conformance needs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from workbench.engines import wheels
+from workbench.engines.versions import DEFAULT_VERSIONS
+
+Row = dict[str, Any]
+DEFAULT_STATES = 1000
+
+
+SPECIAL = ("module_paths", "patch", "wheel")  # conformance entries that are not model settings
+
+
+def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model settings that stand for ``engine``, and how to load it.
+
+    The second dict holds ``module_paths`` (modules that moved in this version), ``wheel`` (the
+    released version whose code is loaded; a patched variant such as
+    ``sglang==0.5.14+dsa-width-w`` names its base) and ``patch`` (a one-line edit in the
+    engine's own source-patcher format, for a behaviour no release carries).
+    """
+    data = json.loads(path.read_text())
+    for version in data.get("versions", []):
+        if version.get("engine") == engine:
+            entries = version.get("conformance", {})
+            settings = {name: entry["value"] for name, entry in entries.items() if name not in SPECIAL}
+            load = {name: entries[name]["value"] for name in SPECIAL if name in entries}
+            return settings, load
+    known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
+    raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
+
+
+def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool = False,
+                timeout: float = 3600, only: Sequence[str] = ()) -> list[Row]:
+    """Every row for one version (or those whose name holds a part of ``only``); FetchError when
+    its wheel can neither be fetched nor found."""
+    settings, load = behaviour(engine)
+    install = wheels.fetch(load.get("wheel", engine))
+    triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir()  # a cached triton is used
+    job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
+           "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
+           "patch": load.get("patch"), "only": list(only),
+           "triton_dir": str(triton_dir) if triton_dir else None}
+    # Bytecode is written into the cache folder: the engine's ~2,000 modules compile once, not per run.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    done = subprocess.run([sys.executable, "-m", "workbench.engines.worker"], input=json.dumps(job),
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not rows:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        rows.append({"engine": engine, "function": "(worker)", "states": 0, "agree": 0, "first_disagreement": None,
+                     "skipped": f"the worker stopped (status {done.returncode}): {last}"})
+    return rows
+
+
+def disagrees(row: Row) -> bool:
+    return row["skipped"] is None and row["agree"] != row["states"]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [f"{'engine':<16} {'function':<52} {'states':>6} {'agree':>6}  first disagreement / skipped"]
+    for row in rows:
+        if row["skipped"]:
+            note = f"skipped: {row['skipped']}"
+        elif row["first_disagreement"]:
+            d = row["first_disagreement"]
+            note = (f"at {d['where']}: engine {json.dumps(d['engine'])[:160]} / model {json.dumps(d['model'])[:160]}"
+                    f" / state {json.dumps(d['state'])[:200]}")
+        else:
+            note = ""
+        lines.append(f"{row['engine']:<16} {row['function']:<52} {row['states']:>6} {row['agree']:>6}  {note}")
+    return "\n".join(lines)
+
+
+def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool,
+         out: IO[str] | None = None) -> int:
+    """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
+    out = out or sys.stdout
+    rows: list[Row] = []
+    for engine in engines:
+        try:
+            found = run_version(engine, states=states, seed=seed, triton=triton)
+        except (wheels.FetchError, ValueError) as error:
+            print(f"workbench conformance: {error}", file=sys.stderr)
+            return 2
+        for row in found:
+            row.pop("seconds", None)
+            if as_json:
+                print(json.dumps(row), file=out, flush=True)
+        rows.extend(found)
+    if not as_json:
+        print(format_table(rows), file=out)
+    return 1 if any(disagrees(row) for row in rows) else 0

@@ -1,0 +1,148 @@
+"""The workbench's side: its models, on the same conformance states, answering in the same form.
+
+``behaviour`` is what the engine version under test ships (its entry in data/engines.json plus
+what conformance itself pins per version, ``conformance.py``): the sizing rule, width generation,
+replay kind, gather and capacity-check order the model must be run with to stand for that version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
+from workbench.backends.sglang_dsa_page_table import DsaPageTable
+from workbench.engines.answers import Answer, catching, none, ok, tensor
+from workbench.engines.states import State, geometry_of
+from workbench.model.allocator import Gather, PagedAllocator
+from workbench.model.cases import Replay
+from workbench.model.geometry import Mode, cdiv
+
+Behaviour = Mapping[str, Any]
+
+
+def model_alloc_len(state: State) -> Answer:
+    g = geometry_of({**state, "context_len": 1, "max_bs": 1, "width_gen": "g3"})
+    return ok(value=g.alloc_len_per_decode)
+
+
+def model_extra(state: State, behaviour: Behaviour) -> Answer:
+    g = geometry_of({**state, "context_len": 1, "max_bs": 1, "width_gen": behaviour["width_gen"]})
+    return ok(value=g.req_to_token_extra)
+
+
+# ---- tables -------------------------------------------------------------------------------
+
+def request_tables(state: State, seed: int) -> dict[str, torch.Tensor]:
+    """``req_to_token`` (bs + 1, W) int32 with every row full, page aligned, on shuffled pages.
+
+    Row 0 is the dummy row; row r holds logical page k in physical page ``pages[r - 1, k]``, so
+    ``req_to_token[r, k * ps + j] = pages[r - 1, k] * ps + j``. Also ``full_to_swa``.
+    """
+    g = geometry_of(state)
+    ps, width, bs = g.page_size, g.request_table_width, len(state["seq_lens"])
+    per_row = cdiv(width, ps)
+    gen = torch.Generator().manual_seed(seed)
+    pages = (torch.randperm(bs * per_row, generator=gen) + 1).view(bs, per_row)  # (bs, per_row) int64
+    slots = (pages[:, :, None] * ps + torch.arange(ps)).view(bs, per_row * ps)[:, :width]
+    req_to_token = torch.cat((torch.zeros((1, width), dtype=torch.int64), slots)).to(torch.int32)
+    full_to_swa = lockstep_full_to_swa(bs * per_row, ps) if state["hybrid_swa"] else torch.zeros(1, dtype=torch.int64)
+    return {"req_to_token": req_to_token, "full_to_swa": full_to_swa}
+
+
+def model_ascend_init(state: State, behaviour: Behaviour) -> Answer:
+    def call() -> Answer:
+        t = NpuBlockTables.allocate(geometry_of(state), behaviour["ascend_rule"], hybrid_swa=state["hybrid_swa"])
+        swa = t.block_tables_swa
+        return ok(block_tables=list(t.block_tables.shape), block_tables_swa=None if swa is None else list(swa.shape))
+    return catching(call)
+
+
+def model_ascend_replay(state: State, behaviour: Behaviour, tables: dict[str, torch.Tensor]) -> Answer:
+    def call() -> Answer:
+        g = geometry_of(state)
+        bs = len(state["seq_lens"])
+        t = NpuBlockTables.allocate(g, behaviour["ascend_rule"], hybrid_swa=state["hybrid_swa"])
+        rows, mode = list(range(1, bs + 1)), Mode.parse(state["mode"])
+        if state["branch"] == "mirror":
+            t.replay(tables["req_to_token"], rows, state["seq_lens"], mode, draft_tokens=g.draft_tokens,
+                     step_id=state["step_id"], full_to_swa=tables["full_to_swa"])
+        else:
+            host = state["max_seq_len_host"] if state["branch"] == "host" else None
+            t.replay_mirrorless(tables["req_to_token"], rows, mode, max_seq_len_host=host,
+                                draft_tokens=g.draft_tokens, step_id=state["step_id"])
+        swa = t.block_tables_swa[:bs] if t.block_tables_swa is not None and state["branch"] == "mirror" else None
+        return ok(block_tables=tensor(t.block_tables[:bs]), block_tables_swa=tensor(swa))
+    return catching(call)
+
+
+def dsa_query_rows(state: State) -> int:
+    return state["draft_tokens"] if state["mode"] in ("target-verify", "draft-extend") else 1
+
+
+def model_dsa_init(state: State, behaviour: Behaviour) -> Answer:
+    def call() -> Answer:
+        rows = state["max_bs"] * max(1, dsa_query_rows(state))
+        t = DsaPageTable.allocate(geometry_of(state), behaviour["dsa_rule"], rows=rows)
+        return ok(page_table=list(t.page_table.shape))
+    return catching(call)
+
+
+def model_dsa_replay(state: State, behaviour: Behaviour, tables: dict[str, torch.Tensor]) -> Answer:
+    def call() -> Answer:
+        g = geometry_of(state)
+        bs, per_request = len(state["seq_lens"]), dsa_query_rows(state)
+        t = DsaPageTable.allocate(g, behaviour["dsa_rule"], rows=state["max_bs"] * max(1, per_request))
+        # draft-extend's rows per request: the accept length at the seed fixes, D from 0.5.23
+        accept = g.draft_tokens if behaviour["dsa_draft_extend_rows"] == "draft-tokens" else state.get("accept_len", 1)
+        t.replay(tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"], Mode.parse(state["mode"]),
+                 draft_tokens=g.draft_tokens, accept_len=accept, replay=Replay.parse(behaviour["dsa_replay"]))
+        used = bs * per_request
+        real = t.real_page_table[:used] if t.real_page_table is not None else None
+        return ok(page_table=tensor(t.page_table[:used]), real_page_table=tensor(real))
+    return catching(call)
+
+
+# ---- allocators ---------------------------------------------------------------------------
+
+def _allocator(state: State) -> PagedAllocator:
+    ps = state["page_size"]
+    top = max([1, *state["free_pages"], *state["parked_pages"], *(x // ps + 1 for x in state["last_loc"])])
+    alloc = PagedAllocator.from_free_list(ps, state["free_pages"], num_pages=top)
+    if state["parked_pages"]:
+        alloc.need_sort = True
+        alloc.release_pages = torch.tensor(state["parked_pages"], dtype=torch.int64)
+    return alloc
+
+
+def _after(alloc: PagedAllocator, out: torch.Tensor | None, extra: dict[str, Any]) -> Answer:
+    free = tensor(alloc.free_pages)
+    if out is None:
+        return none(free_pages_after=free, **extra)
+    return ok(out_cache_loc=tensor(out), free_pages_after=free, **extra)
+
+
+def model_alloc_decode(state: State, gather: str, *, report_overread: bool = False,
+                       out_dtype: torch.dtype = torch.int32) -> Answer:
+    """``out_dtype``: the NPU allocator returns int32 slots, the CUDA one int64."""
+    def call() -> Answer:
+        alloc = _allocator(state)
+        out = alloc.alloc_decode(state["seq_lens"], state["last_loc"], Gather.parse(gather))
+        out = None if out is None else out.to(out_dtype)
+        extra = {"read_past_free_list": bool(alloc.overreads)} if report_overread else {}
+        return _after(alloc, out, extra)
+    return catching(call)
+
+
+def model_alloc_extend(state: State, *, out_dtype: torch.dtype, merge_bound: bool = False) -> Answer:
+    """``merge_bound``: merge parked pages on the CUDA allocator's upper bound (0.5.23)."""
+    def call() -> Answer:
+        alloc = _allocator(state)
+        bound = None
+        if merge_bound:
+            bound = (sum(state["seq_lens"]) - sum(state["prefix_lens"])) // state["page_size"] + len(state["seq_lens"]) + 1
+        out = alloc.alloc_extend(state["prefix_lens"], state["seq_lens"], state["last_loc"], merge_bound=bound)
+        return _after(alloc, None if out is None else out.to(out_dtype), {})
+    return catching(call)

@@ -1,0 +1,319 @@
+"""The engine's side: SGLang's own functions, called on a conformance state (worker process only).
+
+Each ``engine_*`` function takes the loaded engine modules and one state and returns an answer
+(``answers.py``). What is ours here is only the set-up a running server would have done:
+backend objects are made with ``object.__new__`` and given just the attributes the measured
+methods read, and the runtime-context getters (parallel state, schedule, speculative settings)
+are replaced by ones that give the state's values with DCP off. The arithmetic, the copies and
+the allocator's bookkeeping are the engine's own code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+
+from workbench.engines.answers import MADE_HERE, Answer, Moved, catching, none, ok, tensor
+from workbench.engines.states import State, geometry_of
+from workbench.model.geometry import Mode
+
+NO_DCP = SimpleNamespace(dcp_enabled=False, attn_dcp_size=1, attn_tp_size=1, attn_cp_size=1)
+
+
+def load(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+# ---- allocation_sizing --------------------------------------------------------------------
+
+def _sizing_context(sizing: ModuleType, state: State) -> None:
+    """Point the module's runtime-context getters at the state's launch settings."""
+    spec = SimpleNamespace(speculative_algorithm=state["algorithm"], speculative_num_steps=state["spec_steps"],
+                           speculative_eagle_topk=state["spec_topk"])
+    sizing.get_spec = lambda: spec  # type: ignore[attr-defined]
+    sizing.get_schedule = lambda: SimpleNamespace(page_size=state["page_size"])  # type: ignore[attr-defined]
+    sizing.get_parallel = lambda: NO_DCP  # type: ignore[attr-defined]
+    sizing.max_speculative_num_draft_tokens = lambda: state["draft_tokens"] or None  # type: ignore[attr-defined]
+
+
+def _server_args(state: State) -> SimpleNamespace:
+    """Up to 0.5.16 the sizing functions read ``server_args`` instead of the runtime context."""
+    d = state["draft_tokens"] or None
+    return SimpleNamespace(speculative_algorithm=state["algorithm"], speculative_num_steps=state["spec_steps"],
+                           speculative_eagle_topk=state["spec_topk"], speculative_num_draft_tokens=d,
+                           max_speculative_num_draft_tokens=d, page_size=state["page_size"])
+
+
+def _sizing_call(sizing: ModuleType, name: str, state: State) -> Answer:
+    function = getattr(sizing, name)
+    _sizing_context(sizing, state)
+    takes_args = bool(inspect.signature(function).parameters)
+    return catching(lambda: ok(value=int(function(_server_args(state)) if takes_args else function())))
+
+
+def engine_alloc_len(sizing: ModuleType, state: State) -> Answer:
+    return _sizing_call(sizing, "get_alloc_len_per_decode", state)
+
+
+def engine_extra(sizing: ModuleType, state: State) -> Answer:
+    return _sizing_call(sizing, "get_req_to_token_extra_context_len", state)
+
+
+# ---- forward modes and speculative inputs --------------------------------------------------
+
+def forward_mode(fbi: ModuleType, mode: str) -> Any:
+    fm = fbi.ForwardMode
+    if mode in ("decode", "draft-decode"):
+        return fm.DECODE
+    if mode == "target-verify":
+        return fm.TARGET_VERIFY
+    return getattr(fm, "DRAFT_EXTEND_V2", None) or fm.DRAFT_EXTEND
+
+
+def spec_info(mode: str, state: State | None = None) -> Any:
+    """The drafter's input: present in speculative modes (an EAGLE/NGRAM one, never DFlash).
+
+    In draft-extend it carries each request's accepted tokens (the state's ``accept_len``).
+    """
+    if mode == "decode":
+        return None
+    accepted = None
+    if state is not None and "accept_len" in state:
+        accepted = torch.full((len(state["seq_lens"]),), state["accept_len"], dtype=torch.int32)
+    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted)
+
+
+# ---- Ascend block tables ------------------------------------------------------------------
+
+def ascend_backend(mod: ModuleType, state: State) -> Any:
+    """An AscendAttnBackend as ``init_cuda_graph_state`` and the replay see it."""
+    mod.get_parallel = lambda: NO_DCP  # type: ignore[attr-defined]
+    b = object.__new__(mod.AscendAttnBackend)
+    setattr(b, MADE_HERE, True)
+    b.max_context_len = state["context_len"]
+    b.page_size = state["page_size"]
+    b.speculative_num_draft_tokens = state["draft_tokens"] or None
+    b.device = "cpu"
+    b.is_draft_worker = False
+    b.is_hybrid_swa = state["hybrid_swa"]
+    b.use_sliding_window_kv_pool = False
+    b.enable_sparsity_driven_kv_offload = False
+    b.q_head_num_padding = None
+    b.tp_q_head_num = 1
+    b.speculative_step_id = state["step_id"]
+    b.speculative_step_offset_npu = torch.tensor(state["step_id"] + 1, dtype=torch.int32)
+    b.sliding_window_size = 1 << 30  # masks are not compared; keep every position in the window
+    b.graph_mode = False
+    return b
+
+
+def engine_ascend_init(mod: ModuleType, state: State) -> Answer:
+    def call() -> Answer:
+        b = ascend_backend(mod, state)
+        b.init_cuda_graph_state(state["max_bs"], state["max_bs"] * max(1, state["draft_tokens"]))
+        gm = b.graph_metadata
+        swa = gm.get("block_tables_swa")
+        return ok(block_tables=list(gm["block_tables"].shape), block_tables_swa=None if swa is None else list(swa.shape))
+    return catching(call)
+
+
+def engine_ascend_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: dict[str, torch.Tensor]) -> Answer:
+    """Capture for ``bs`` rows, then one replay through ``_apply_cuda_graph_metadata``.
+
+    The branch is the state's: the CPU mirror (``seq_lens_cpu``), the host max length only, or
+    neither (the static copy). Only the first ``bs`` rows are compared: the engine makes its
+    buffers with ``torch.empty`` and never writes the rows past the captured batch.
+    """
+    def call() -> Answer:
+        b = ascend_backend(mod, state)
+        bs = len(state["seq_lens"])
+        b.init_cuda_graph_state(state["max_bs"], state["max_bs"] * max(1, state["draft_tokens"]))
+        b.req_to_token = tables["req_to_token"]
+        b.full_to_swa_index_mapping = tables["full_to_swa"]
+        fm = forward_mode(fbi, state["mode"])
+        seq_lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
+        branch = state["branch"]
+        if not hasattr(b, "_apply_cuda_graph_metadata"):
+            _ascend_replay_before_0_5_12(b, state, fm, seq_lens, bs)
+            return _ascend_tables(b, state, bs)
+        mirrorless = "max_seq_len_host" in inspect.signature(b._apply_cuda_graph_metadata).parameters
+        if branch != "mirror" and not mirrorless:
+            raise Moved("this version's replay has only the CPU-mirror branch (no host max length, no static copy)")
+        host = {"max_seq_len_host": state["max_seq_len_host"] if branch == "host" else None} if mirrorless else {}
+        b._init_cuda_graph_metadata(bs, fm, seq_lens)
+        b._apply_cuda_graph_metadata(
+            bs=bs, req_pool_indices=torch.arange(1, bs + 1), seq_lens=seq_lens,
+            seq_lens_cpu=seq_lens if branch == "mirror" else None, forward_mode=fm,
+            spec_info=spec_info(state["mode"]), **host)
+        return _ascend_tables(b, state, bs)
+    return catching(call)
+
+
+def _ascend_tables(b: Any, state: State, bs: int) -> Answer:
+    gm = b.graph_metadata
+    swa = gm["block_tables_swa"][:bs] if state["hybrid_swa"] and state["branch"] == "mirror" else None
+    return ok(block_tables=tensor(gm["block_tables"][:bs]), block_tables_swa=tensor(swa))
+
+
+def _ascend_replay_before_0_5_12(b: Any, state: State, fm: Any, seq_lens: torch.Tensor, bs: int) -> None:
+    """Up to 0.5.10 capture and replay were the public pair; the replay had only the mirror branch."""
+    if state["branch"] != "mirror":
+        raise Moved("this version's replay has only the CPU-mirror branch (no host max length, no static copy)")
+    b.is_dllm_model = False
+    rows = torch.arange(1, bs + 1)
+    b.init_forward_metadata_capture_cuda_graph(bs, bs, rows, seq_lens, None, fm, spec_info(state["mode"]))
+    b.init_forward_metadata_replay_cuda_graph(bs, rows, seq_lens, int(seq_lens.sum()), None, fm,
+                                              spec_info(state["mode"]), seq_lens)
+
+
+# ---- DSA page table -----------------------------------------------------------------------
+
+def _expand_seqlens(extend_seq_lens: torch.Tensor, cache_seqlens: torch.Tensor, total: int, *_: Any) -> torch.Tensor:
+    """Our torch stand-in for ``seqlens_expand_triton``, a CUDA-only Triton helper.
+
+    It fills ``dsa_seqlens_expanded`` (per query row, the KV length it attends: for a request of
+    ``kv`` tokens and ``q`` query rows, ``kv - q + 1 .. kv``), which conformance does not
+    compare; the page tables it does compare are filled by the engine's own code.
+    """
+    parts = [torch.arange(int(kv) - int(q) + 1, int(kv) + 1, dtype=torch.int32)
+             for q, kv in zip(extend_seq_lens.tolist(), cache_seqlens.tolist())]
+    return torch.cat(parts)[:total] if parts else torch.zeros(0, dtype=torch.int32)
+
+
+def dsa_backend(mod: ModuleType, state: State, req_to_token: torch.Tensor | None) -> Any:
+    if hasattr(mod, "seqlens_expand_triton"):
+        mod.seqlens_expand_triton = _expand_seqlens  # type: ignore[attr-defined]
+    b = object.__new__(mod.DeepseekSparseAttnBackend if hasattr(mod, "DeepseekSparseAttnBackend")
+                       else mod.NativeSparseAttnBackend)
+    setattr(b, MADE_HERE, True)
+    b.device = "cpu"
+    b.req_to_token = req_to_token if req_to_token is not None else torch.zeros(
+        (1, geometry_of(state).request_table_width), dtype=torch.int32)
+    b.max_context_len = state["context_len"]
+    b.physical_page_size = state["page_size"]
+    b.real_page_size = state["page_size"]
+    b.page_size = state["page_size"]
+    b.speculative_num_draft_tokens = state["draft_tokens"] or None
+    b.speculative_step_id = state["step_id"]
+    b.hisparse_coordinator = None
+    b.dsa_index_kpool = 1
+    b.use_fused_topk = False
+    b.dsa_index_topk = 2048
+    b.dsa_decode_impl = "flashmla_sparse"
+    b.experimental_kpool_metadata_fusion = False
+    b._memory_saver_adapter = SimpleNamespace(region=lambda **_: _NullContext())
+    b._arange_buf = torch.arange(16, dtype=torch.int32)
+    b._is_in_breakable_cuda_graph = lambda: True  # a graph replay: no MHA one-shot decision
+    b._is_in_tc_piecewise_cuda_graph = lambda: False
+    b._get_device_sm = lambda: 0
+    b._is_blackwell = False
+    b.dsa_topk_backend = SimpleNamespace(should_use_topk_v2=lambda: False)
+    b.multi_ctas_kv_counter = None
+    b.enable_auto_select_prefill_impl = False
+    b.dsa_prefill_impl = "flashmla_sparse"
+    b.use_mha = False
+    b._ensure_multi_ctas_kv_counter_capacity = lambda n: None
+    for name in ("decode_impl", "prefill_impl", "index_topk", "index_kpool", "topk_backend"):
+        setattr(b, f"nsa_{name}", getattr(b, f"dsa_{name}"))  # the same settings before the rename to dsa_*
+    return b
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
+def dsa_rows(state: State) -> int:
+    """``max_num_tokens``: query rows per request times ``max_bs`` (D in verify and draft-extend)."""
+    per_request = state["draft_tokens"] if state["mode"] in ("target-verify", "draft-extend") else 1
+    return int(state["max_bs"]) * max(1, int(per_request))
+
+
+def engine_dsa_init(mod: ModuleType, state: State) -> Answer:
+    def call() -> Answer:
+        b = dsa_backend(mod, state, None)
+        b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
+        pt = b.decode_cuda_graph_metadata["page_table"]
+        return ok(page_table=None if pt is None else list(pt.shape))
+    return catching(call)
+
+
+def engine_dsa_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: dict[str, torch.Tensor]) -> Answer:
+    """Capture for ``bs`` requests (``_build_forward_metadata_cuda_graph``), then one replay."""
+    def call() -> Answer:
+        b = dsa_backend(mod, state, tables["req_to_token"])
+        if not hasattr(b, "_apply_cuda_graph_metadata") or not hasattr(b, "_build_forward_metadata_cuda_graph"):
+            raise Moved("this version's DSA backend has no _build_forward_metadata_cuda_graph/_apply_cuda_graph_metadata")
+        bs = len(state["seq_lens"])
+        b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
+        fm = forward_mode(fbi, state["mode"])
+        capture_lens = torch.ones(bs, dtype=torch.int64)
+        rows = torch.arange(1, bs + 1)
+        b._build_forward_metadata_cuda_graph(bs, None, rows, capture_lens, None, fm, spec_info(state["mode"]))
+        seq_lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
+        b._apply_cuda_graph_metadata(bs, rows, seq_lens, seq_lens, fm, spec_info(state["mode"], state))
+        md = b.decode_cuda_graph_metadata[bs]
+        real = md.real_page_table if state["page_size"] > 1 else None
+        return ok(page_table=tensor(md.page_table_1), real_page_table=tensor(real))
+    return catching(call)
+
+
+# ---- allocators ---------------------------------------------------------------------------
+
+def allocator(cls: type, state: State, *, triton: bool = False) -> Any:
+    """A paged allocator caught mid-run: the state's free list and parked (staged) pages."""
+    a: Any = object.__new__(cls)
+    setattr(a, MADE_HERE, True)
+    a.page_size = state["page_size"]
+    a.device = "cpu"
+    a.debug_mode = False
+    a.need_sort = bool(state["parked_pages"])
+    a.free_pages = torch.tensor(state["free_pages"], dtype=torch.int64)
+    parked = torch.tensor(state["parked_pages"], dtype=torch.int64)
+    a.release_pages = parked  # the name up to 0.5.2x; later a list of "staged" tensors
+    a.staged_pages = [parked] if len(parked) else []
+    a.num_staged_pages = len(parked)
+    a.roundup = a.page_size - 1
+    a.use_triton_kernels = triton
+    a.is_not_in_free_group = True
+    a.free_group = []
+    a.num_pages = max([0, *state["free_pages"], *state["parked_pages"]])
+    return a
+
+
+def _after(a: Any, out: Any) -> Answer:
+    free = tensor(a.free_pages)
+    if out is None:
+        return none(free_pages_after=free)
+    return ok(out_cache_loc=tensor(out), free_pages_after=free)
+
+
+def engine_alloc_decode(cls: type, state: State, *, triton: bool = False) -> Answer:
+    def call() -> Answer:
+        a = allocator(cls, state, triton=triton)
+        seq = torch.tensor(state["seq_lens"], dtype=torch.int64)
+        out = a.alloc_decode(seq, seq.clone(), torch.tensor(state["last_loc"], dtype=torch.int64))
+        return _after(a, out)
+    return catching(call)
+
+
+def engine_alloc_extend(cls: type, state: State, *, triton: bool = False) -> Answer:
+    def call() -> Answer:
+        a = allocator(cls, state, triton=triton)
+        prefix = torch.tensor(state["prefix_lens"], dtype=torch.int64)
+        seq = torch.tensor(state["seq_lens"], dtype=torch.int64)
+        last = torch.tensor(state["last_loc"], dtype=torch.int64)
+        out = a.alloc_extend(prefix, prefix.clone(), seq, seq.clone(), last, int((seq - prefix).sum()))
+        return _after(a, out)
+    return catching(call)
+
+
+def mode_of(state: State) -> Mode:
+    return Mode.parse(state["mode"])

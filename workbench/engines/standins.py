@@ -1,0 +1,222 @@
+"""Loading an engine's modules on a CPU: a bare package for the wheel, stand-ins for what is missing.
+
+The engine's top-level ``sglang/__init__.py`` imports the whole server; the modules conformance
+runs need only torch and a few small packages. So the package is registered bare (its
+``__path__`` is the unpacked wheel, its ``__init__`` never runs), and every accelerator library a
+module imports at its top (torch_npu, sgl_kernel, flashinfer, ...) is given a permissive
+stand-in: any attribute is another stand-in, which can be called, subclassed, used as a
+decorator, indexed and iterated (as nothing). A function that really *needs* one of them then
+fails when called, which conformance reports as a skipped row, not as an agreement.
+
+This mutates ``sys.modules`` and ``sys.meta_path`` for good, so it runs only in the conformance
+worker, a subprocess of its own per engine version (``worker.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+# Top-level modules that are accelerator libraries or heavy optional stacks: never importable on
+# a plain CPU machine, so they are always stood in rather than searched for.
+ALWAYS_STAND_IN = ("torch_npu", "sgl_kernel", "sgl_kernel_npu", "flashinfer", "aiter", "vllm", "torchvision",
+                   "deep_gemm", "flash_mla", "flash_attn", "cuda", "cutlass",
+                   "nvidia", "mooncake", "triton_kernels", "tilelang", "xgrammar", "outlines",
+                   "zmq",
+                   "uvloop", "fastapi", "uvicorn", "aiohttp", "setproctitle",
+                   "numba", "einops", "sentencepiece", "tiktoken", "quack", "cuda_python",
+                   "pynvml", "ray", "prometheus_client", "partial_json_parser", "compressed_tensors",
+                   "gguf", "modelscope", "openai", "interegular", "llguidance", "blobfile",
+                   "hf_transfer", "torchao", "decord", "soundfile", "av", "scipy", "sklearn",
+                   "kernels", "apache_tvm_ffi", "tvm_ffi", "nvtx", "mamba_ssm", "causal_conv1d",
+                   "fla", "torch_memory_saver", "sgl_fa3", "flash_attn_interface", "jinja2")
+
+
+# While modules import, calls into stand-ins (decorators with arguments, ``tl.constexpr(8)``,
+# ``get_logger(__name__)``) return more stand-ins; once loading is over (``strict()``) a call
+# raises, so no engine function can compute an answer out of a library that is not there.
+_STRICT = [False]
+
+
+def strict() -> None:
+    _STRICT[0] = True
+
+
+def lenient() -> None:
+    """Back to import mode, before the next group of engine modules loads."""
+    _STRICT[0] = False
+
+
+class StandInCalled(RuntimeError):
+    """A stand-in was called as a function: the engine code needs the real library."""
+
+
+# Names whose use must fail as on a machine without the device: engine code probes them inside
+# ``try`` and takes its CPU path on the exception (``triton.runtime.driver.active`` in fla/utils).
+NO_DEVICE = frozenset({"triton.runtime.driver.active"})
+
+
+class StandInMeta(type):
+    """Classes whose missing class attributes are stand-ins too (``torch_npu.npu.Event``)."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if f"{cls.__qualname__}.{name}" in NO_DEVICE:
+            raise RuntimeError(f"{cls.__qualname__}.{name}: no device here (a stand-in)")
+        return stand_in(f"{cls.__qualname__}.{name}")
+
+    def __getitem__(cls, item: object) -> Any:
+        return cls
+
+    def __iter__(cls) -> Iterator[Any]:
+        return iter(())
+
+    def __bool__(cls) -> bool:
+        return False
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Used as a decorator (``@torch_npu.something`` or ``@triton.jit``): give the function back.
+        if not _STRICT[0] and len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
+            return Decorated(args[0], cls.__qualname__)
+        if cls.__dict__.get("_direct", False) and _STRICT[0]:
+            # The engine really calls the missing library: whatever it computed would be made up.
+            raise StandInCalled(f"{cls.__qualname__} is a stand-in (the library is not installed)")
+        return super().__call__(*args, **kwargs)  # an engine class that subclasses a stand-in
+
+
+class Decorated:
+    """A function decorated by a stand-in (``@triton.jit``): callable as itself, but launching it
+    as a kernel (``kernel[grid](...)``) needs the real library, so that raises StandInCalled."""
+
+    def __init__(self, function: Any, decorator: str) -> None:
+        self.function = function
+        self.decorator = decorator
+        self.__name__ = getattr(function, "__name__", "function")
+        self.__doc__ = getattr(function, "__doc__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def __getitem__(self, grid: object) -> Any:
+        if not _STRICT[0]:
+            return self
+        raise StandInCalled(f"{self.__name__} is a {self.decorator} kernel and that library is not installed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.function, name)
+
+
+class StandInBase(metaclass=StandInMeta):
+    def __init_subclass__(cls, **kwargs: Any) -> None:  # ``class X(TypedDictStandIn, total=False)``
+        pass
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """Engine pydantic models with a stood-in field type (xgrammar's) accept anything."""
+        from pydantic_core import core_schema  # type: ignore[import-not-found]  # the engine's cache, not ours
+
+        return core_schema.any_schema()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stand_in(f"{type(self).__qualname__}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _STRICT[0]:
+            if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
+                return Decorated(args[0], type(self).__qualname__)  # ``@triton.jit(do_not_specialize=...)``
+            return stand_in(f"{type(self).__qualname__}()")
+        raise StandInCalled(f"{type(self).__qualname__}() is a stand-in (the library is not installed)")
+
+
+def stand_in(name: str) -> Any:
+    """A permissive class named ``name``."""
+    return StandInMeta(name, (StandInBase,), {"__qualname__": name, "__module__": "standin", "_direct": True})
+
+
+class StandInModule(types.ModuleType):
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = stand_in(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StandInLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = StandInModule(spec.name)
+        module.__path__ = []  # a package, so ``import torch_npu.contrib`` works too
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class StandInFinder(importlib.abc.MetaPathFinder):
+    """Finds the stood-in top-level names and everything under them."""
+
+    def __init__(self, names: Iterable[str], engine_dir: Path) -> None:
+        self.names = frozenset(names)
+        self.engine_dir = str(engine_dir)
+        self.used: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:
+        top = fullname.split(".")[0]
+        if top not in self.names:
+            return None
+        # Submodules of a stood-in package are stand-ins for everyone, or they would not resolve.
+        if not isinstance(sys.modules.get(top), StandInModule) and not self._engine_imports():
+            return None
+        self.used.add(fullname.split(".")[0])
+        return importlib.machinery.ModuleSpec(fullname, _StandInLoader(), is_package=True)
+
+    def _engine_imports(self) -> bool:
+        """True when the code asking is the engine's own file (or a stand-in's submodule).
+
+        Other libraries probe for optional ones (transformers asks ``find_spec("torchvision")``
+        and then reads its version); they must keep seeing them as absent.
+        """
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not (name.startswith("<frozen importlib") or name.endswith(("importlib/__init__.py",
+                                                                           "importlib/util.py"))):
+                return name.startswith(self.engine_dir) or name == __file__
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+
+def install(package_dir: Path, deps: Path, extra_paths: Sequence[Path] = (), real: Sequence[str] = ()
+            ) -> StandInFinder:
+    """Register ``package_dir`` as a bare package and the stand-ins; return the finder.
+
+    ``real`` names libraries from ``ALWAYS_STAND_IN`` that are present and wanted for real
+    (``triton`` where it is installed).
+    """
+    # After the running environment's own paths: torch and numpy stay the project's, the cache
+    # folders only fill in what is missing.
+    for path in (deps, *extra_paths):
+        sys.path.append(str(path))
+    name = package_dir.name
+    package = types.ModuleType(name)
+    package.__path__ = [str(package_dir)]
+    package.__file__ = None
+    sys.modules[name] = package
+    names = set(ALWAYS_STAND_IN) - set(real)
+    if "triton" not in real:
+        names.add("triton")
+    finder = StandInFinder(names, package_dir)
+    sys.meta_path.insert(0, finder)
+    return finder

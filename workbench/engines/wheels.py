@@ -1,0 +1,152 @@
+"""An engine's released wheel and its few small dependencies, in a cache folder of the workbench's own.
+
+Conformance runs the engine's own code, so it needs that code on disk, pinned by version, and
+never inside the project's environment (an engine wheel drags in hundreds of packages and would
+shadow the project's own). The layout, under ``${WORKBENCH_CACHE:-~/.cache/workbench}/engines``::
+
+    sglang-0.5.23/
+      wheel/   the wheel as ``pip download --no-deps`` left it
+      src/     the wheel unpacked (the ``sglang`` package is loaded from here, never installed)
+      deps/    ``pip install --target --no-deps`` of the small packages the modules import
+      ready    written last: a folder without it is an interrupted fetch and is fetched again
+
+Everything here is reused when present, so the network is needed once per version.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# Packages the allocator and attention modules import at module level whose stand-in would not be
+# enough (msgspec structs, pydantic models, transformers' config classes the model registry
+# subclasses). Installed with their own dependencies (never torch: none of them needs it), at the
+# versions the engine's wheel pins where it pins one (``PINNED_FROM_WHEEL``).
+SMALL_DEPS = ("msgspec", "orjson", "psutil", "pybase64", "dill", "pydantic", "starlette", "pillow")
+PINNED_FROM_WHEEL = ("transformers", "tokenizers")
+
+
+LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
+
+
+class FetchError(RuntimeError):
+    """The engine's wheel is neither cached nor fetchable; the message is one line."""
+
+
+@dataclass(frozen=True)
+class EngineInstall:
+    engine: str  # "sglang==0.5.23"
+    src: Path  # the unpacked wheel: holds sglang/
+    deps: Path  # --target folder of the small dependencies
+
+    @property
+    def package_dir(self) -> Path:
+        return self.src / self.engine.split("==")[0]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "engines"
+
+
+def split_engine(engine: str) -> tuple[str, str]:
+    name, sep, version = engine.partition("==")
+    if not sep or not name or not version:
+        raise ValueError(f"engine: {engine!r} is not NAME==VERSION (e.g. sglang==0.5.23)")
+    return name, version
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("WARNING")]
+    return lines[-1].strip() if lines else "no output"
+
+
+def cached(engine: str) -> EngineInstall | None:
+    """The install of ``engine`` if a complete one is in the cache."""
+    name, version = split_engine(engine)
+    folder = cache_root() / f"{name}-{version}"
+    ready = folder / "ready"
+    if not ready.exists() or LAYOUT not in ready.read_text():
+        return None
+    return EngineInstall(engine, folder / "src", folder / "deps")
+
+
+def fetch(engine: str) -> EngineInstall:
+    """The cached install of ``engine``, fetched first when absent; FetchError when it cannot be."""
+    found = cached(engine)
+    if found is not None:
+        return found
+    name, version = split_engine(engine)
+    folder = cache_root() / f"{name}-{version}"
+    shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
+    wheel_dir, src, deps = folder / "wheel", folder / "src", folder / "deps"
+    got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), f"{name}=={version}")
+    wheels = sorted(wheel_dir.glob("*.whl")) if wheel_dir.exists() else []
+    if got.returncode != 0 or not wheels:
+        raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
+    with zipfile.ZipFile(wheels[0]) as whl:
+        whl.extractall(src)
+    got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
+    if got.returncode == 0:
+        got = _pip("install", "--no-deps", "--target", str(deps), _torchvision_for_torch())
+    if got.returncode != 0:
+        raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
+                         f"torchvision): {_last_line(got.stderr)}")
+    (folder / "ready").write_text(f"{LAYOUT}\n{wheels[0].name}\n")
+    return EngineInstall(engine, src, deps)
+
+
+def _torchvision_for_torch() -> str:
+    """The torchvision release built against the running torch (torch 2.N pairs with 0.(N+15)).
+
+    Only its presence matters: some transformers releases refuse to register the engine's image
+    processors without it. It is installed without dependencies, so it cannot pull in a torch.
+    """
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return f"torchvision=={major - 2}.{minor + 15}.*"
+
+
+def _pins(src: Path, names: tuple[str, ...]) -> list[str]:
+    """``name==version`` for each of ``names`` the wheel's METADATA pins exactly (else ``name``)."""
+    pins = {name: name for name in names}
+    for metadata in src.glob("*.dist-info/METADATA"):
+        for line in metadata.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:"):
+                continue
+            requirement = line.split(":", 1)[1].split(";")[0].strip()
+            name = requirement.split("=")[0].split("<")[0].split(">")[0].strip().lower()
+            if name in pins and "==" in requirement:
+                pins[name] = requirement.replace(" ", "")
+    return list(pins.values())
+
+
+def triton_dir() -> Path | None:
+    """A ``--target`` folder holding triton, shared by every version; None when not fetched.
+
+    Triton is large (hundreds of MB), so it is fetched only on request (``fetch_triton``).
+    """
+    folder = cache_root() / "triton"
+    return folder / "site" if (folder / "ready").exists() else None
+
+
+def fetch_triton() -> Path:
+    folder = cache_root() / "triton"
+    if (folder / "ready").exists():
+        return folder / "site"
+    shutil.rmtree(folder, ignore_errors=True)
+    got = _pip("install", "--no-deps", "--target", str(folder / "site"), "triton")
+    if got.returncode != 0:
+        raise FetchError(f"cannot fetch triton: {_last_line(got.stderr)}")
+    (folder / "ready").write_text("triton\n")
+    return folder / "site"

@@ -1,0 +1,121 @@
+"""Conformance for one engine version, in a process of its own: ``python -m workbench.engines.worker``.
+
+The parent (``conformance.py``) passes the engine, the folders of its cached install, the
+behaviour the models must stand for and the state counts as one JSON object on stdin; this
+process loads the engine's modules (``standins.py`` rewires ``sys.modules`` for good, which is
+why it is a process of its own), runs every check and prints one JSON row per engine function.
+A module that does not import, a method that is not there, or a stand-in that is called makes a
+``skipped`` row with the reason; it never ends the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from workbench.engines import checks
+from workbench.engines.answers import Answer, first_difference, shown
+from workbench.engines.states import State
+
+Row = dict[str, Any]
+
+
+def compare(engine: str, function: str, pairs: Iterable[tuple[State, Callable[[], Answer], Callable[[], Answer]]]
+            ) -> Row:
+    """Run every (state, engine side, model side) and count agreements; keep the first disagreement."""
+    states = agree = 0
+    first = None
+    seeds: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for state, engine_side, model_side in pairs:
+        got, want = engine_side(), model_side()
+        states += 1
+        if "seed" in state:  # the spec's seed cases: say what the engine's own code gave
+            seeds.append({"seed": state["seed"], "outcome": got["outcome"], "error": got.get("error"),
+                          "agree": got == want})
+        if got == want:
+            agree += 1
+        elif first is None:
+            first = {"state": state, "where": first_difference(got, want), "engine": shown(got),
+                     "model": shown(want)}
+    return {"engine": engine, "function": function, "states": states, "agree": agree,
+            "first_disagreement": first, "skipped": None, "seconds": round(time.perf_counter() - start, 2),
+            **({"seeds": seeds} if seeds else {})}
+
+
+def skipped(engine: str, function: str, reason: str) -> Row:
+    return {"engine": engine, "function": function, "states": 0, "agree": 0, "first_disagreement": None,
+            "skipped": reason}
+
+
+def _one_line(error: BaseException) -> str:
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    place = f" ({Path(where.filename).name}:{where.lineno})" if where else ""
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}{place}"
+
+
+def run(job: dict[str, Any]) -> list[Row]:
+    from workbench.engines import standins
+
+    engine = job["engine"]
+    real = ["triton"] if job.get("triton_dir") else []
+    extra = [Path(job["triton_dir"])] if job.get("triton_dir") else []
+    if real:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    else:
+        checks.settle_torch_without_triton()
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real)
+    if job.get("patch"):
+        try:  # the engine's own source patcher, as its pr_fix_toggle uses it
+            patcher = importlib.import_module("sglang.srt.debug_utils.source_patcher")
+            patcher.apply_patches_from_config(job["patch"])
+        except BaseException as error:  # noqa: BLE001 - unpatched results must not pass for patched ones
+            reason = f"the one-line patch does not apply: {_one_line(error)}"
+            return [skipped(engine, function, reason) for check in checks.CHECKS for function in check.functions]
+    rows: list[Row] = []
+    for check in checks.CHECKS:
+        if job.get("only") and not any(part in f for f in check.functions for part in job["only"]):
+            continue
+        modules: dict[str, ModuleType] = {}
+        try:
+            modules = checks.import_modules(check.modules, job.get("module_paths", {}))
+        except BaseException as error:  # noqa: BLE001 - a module that fails to import skips its rows
+            for function in check.functions:
+                rows.append(skipped(engine, function, f"cannot import {check.modules[0]}: {_one_line(error)}"))
+            continue
+        standins.strict()
+        for function in check.functions:
+            if job.get("only") and not any(part in function for part in job["only"]):
+                continue
+            if check.needs_triton(function) and not real:
+                rows.append(skipped(engine, function, "triton is not installed (run with --triton to fetch it; "
+                                                      "the kernel runs under TRITON_INTERPRET=1)"))
+                continue
+            rng = random.Random(f"{job['seed']}:{function}")
+            try:
+                pairs = check.pairs(function, modules, job["behaviour"], rng, job["states"])
+                rows.append(compare(engine, function, pairs))
+            except BaseException as error:  # noqa: BLE001 - a moved signature or thin stand-in skips the row
+                rows.append(skipped(engine, function, _one_line(error)))
+        standins.lenient()
+    return rows
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    for row in run(job):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
