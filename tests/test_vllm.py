@@ -328,3 +328,55 @@ def test_the_v0_model_agrees_with_vllms_own_builders(version: str, tmp_path: Pat
                 rows[i, : min(len(blocks), width)] = blocks[:width]
             assert engine_build["rows"] == rows.tolist()
     assert sum(result.error == MESSAGE_5563 for result, _, _ in expected) == (3 if version == "0.6.0" else 1)
+
+
+# ---- vllm-ascend ------------------------------------------------------------------------------------
+
+ASCEND = "vllm-ascend-block-table"
+SEED_9098 = {"component": ASCEND, "drafter": "no-reset", "max_model_len": 32768, "block_size": 128,
+             "num_speculative_tokens": 3, "seq_lens": [32767]}
+
+
+def test_a_draft_step_past_the_model_length_reads_past_the_row_unless_reset() -> None:
+    """32768 / 128 = 256 blocks; 32767 + 2 draft steps = 32769 tokens = 257 blocks (read from the source)."""
+    before = probe(parse_case(SEED_9098))
+    assert (before.outcome.value, before.error, before.buffer_width, before.reads) == (
+        "silent-overread", "silent over-read: request 0 reads 257 blocks but its block_table row holds 256", 256, 32769)
+    after = probe(parse_case({**SEED_9098, "drafter": "reset"}))  # PR 10117: seq_len past the length -> 1
+    assert (after.outcome.value, after.reads) == ("ok", 1)
+    assert probe(parse_case({**SEED_9098, "draft_step": 1})).outcome.value == "ok"  # 32768: exactly the row
+    dcp = probe(parse_case({**SEED_9098, "dcp": 2, "max_model_len": 32768}))  # 32768 / 256 = 128 blocks per rank
+    assert (dcp.buffer_width, dcp.error) == (128, "silent over-read: request 0 reads 129 blocks but its block_table "
+                                                  "row holds 128")
+    assert [s.expected_error for s in case_seeds() if s.name == "vllm-ascend-9098"] == [before.error]
+
+
+@pytest.mark.parametrize(("length", "block_size", "dcp", "k", "drafter"), [
+    (300, 16, 1, 3, "no-reset"), (300, 16, 1, 3, "reset"), (256, 16, 2, 4, "no-reset"), (97, 1, 1, 2, "no-reset"),
+    (200, 64, 1, 6, "no-reset"),
+])
+def test_the_ascend_closed_form_equals_an_executed_scan(length: int, block_size: int, dcp: int, k: int,
+                                                        drafter: str) -> None:
+    runner = case_backend_of(ASCEND)
+    case = runner.parse({"component": ASCEND, "max_model_len": length, "block_size": block_size, "dcp": dcp,
+                         "num_speculative_tokens": k, "drafter": drafter}, boundary=True)
+    values = np.arange(1, length + 1, dtype=np.int64)
+    predicted = runner.fails_grid(case, values)
+    assert np.array_equal(predicted, runner.executed_scan(case, values))
+    span, width = block_size * dcp, -(-length // (block_size * dcp))
+    assert predicted.tolist() == [drafter == "no-reset" and -(-(v + k - 1) // span) > width for v in values]
+
+
+def test_ascend_bad_steps_and_lengths_are_invalid() -> None:
+    assert probe_record({**SEED_9098, "draft_step": 3}, "cpu")["error"] == "draft_step: 3 is out of range (allowed: 1 to 2)"
+    assert probe_record({**SEED_9098, "seq_lens": [32769]}, "cpu")["error"] == (
+        "seq_lens: 32769 is out of range (allowed: 1 to max_model_len 32768)")
+
+
+def test_single_case_flags_point_case_backends_at_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.cli import main
+
+    assert main(["probe", V0, "--seq-lens", "5"]) == 2
+    assert capsys.readouterr().err == (
+        "workbench: error: vllm-v0-graph-block-tables: give its cases as JSON lines with --cases FILE (fields: "
+        "attention_backend, block_size, engine, lookahead, max_seq_len_to_capture, seq_lens)\n")

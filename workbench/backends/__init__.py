@@ -16,6 +16,7 @@ from workbench.backends import (
     sglang_dsa_page_table,
     sglang_fa3_page_table,
     sglang_npu_allocator,
+    vllm_ascend_block_table,
     vllm_indexer_block_table,
     vllm_v0_graph_block_tables,
 )
@@ -27,7 +28,7 @@ _MODULES = (sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_t
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 
-_CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables)
+_CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_ascend_block_table)
 
 TABLE_BACKENDS: tuple[TableBackend, ...] = tuple(m.BACKEND for m in _MODULES)
 _BY_NAME: dict[str, TableBackend] = {
