@@ -380,3 +380,25 @@ def test_single_case_flags_point_case_backends_at_cases(capsys: pytest.CaptureFi
     assert capsys.readouterr().err == (
         "workbench: error: vllm-v0-graph-block-tables: give its cases as JSON lines with --cases FILE (fields: "
         "attention_backend, block_size, engine, lookahead, max_seq_len_to_capture, seq_lens)\n")
+
+
+TRITON = Path(os.environ.get("WORKBENCH_TRITON", "~/.cache/workbench/triton")).expanduser()
+
+
+def test_the_uniform_fill_agrees_with_vllms_own_triton_kernel(tmp_path: Path) -> None:
+    """0.23.0's ``_prepare_uniform_decode_kernel`` run by triton's interpreter on the CPU: the seed's
+    widths (truncation) and a narrower table (the read past each row)."""
+    root = released("0.23.0", V1_FILES, tmp_path)
+    if not (TRITON / "triton" / "__init__.py").is_file():
+        pytest.skip(f"triton not in {TRITON} (pip install --target {TRITON} triton; WORKBENCH_TRITON to move it)")
+    shapes = [(2, 5470, 5469), (2, 4, 5), (3, 6, 6)]  # (requests, table width, buffer width)
+    checks: list[dict[str, object]] = [{"check": "indexer-uniform", "requests": r, "next_n": 2, "table_width": t,
+                                        "buffer_width": b} for r, t, b in shapes]
+    done = subprocess.run([sys.executable, str(RUNNER), str(root), str(TRITON)], input=json.dumps(checks),
+                          capture_output=True, text=True, check=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    for (requests, t, b), engine_rows in zip(shapes, json.loads(done.stdout)):
+        buffer = torch.zeros((requests * 2, b), dtype=torch.int32)
+        past = fill_uniform(buffer, make_block_table(requests, t, "cpu"), requests=requests, next_n=2)
+        assert buffer.tolist() == engine_rows
+        assert past == max(0, b - t)

@@ -1,6 +1,6 @@
 """Run vLLM's own functions from an unpacked wheel, on a CPU, in this (separate) process.
 
-Usage: ``python vllm_released.py ROOT`` reads a JSON list of checks (``{"check": NAME, ...}``) on
+Usage: ``python vllm_released.py ROOT [TRITON_DIR]`` reads a JSON list of checks (``{"check": NAME, ...}``) on
 stdin and prints a JSON list of their results. ``ROOT`` holds the unpacked ``vllm/`` files (only
 those the checks read, unzipped from the cached wheel by the test).
 
@@ -130,11 +130,17 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 CP_SIZE = {"dcp": 1}  # what get_total_cp_world_size answers: each check sets it
 
 
-def install(root: Path) -> None:
+def install(root: Path, triton_dir: str | None) -> None:
     overrides: dict[str, dict[str, object]] = {
         "vllm.v1.worker.cp_utils": {"get_total_cp_world_size": lambda: CP_SIZE["dcp"]},
         "vllm.v1.utils": {"CpuGpuBuffer": _CpuGpuBuffer},
     }
+    if triton_dir:  # a real triton (its own folder), run by its interpreter on CPU tensors
+        sys.path.insert(0, triton_dir)
+        import triton
+        import triton.language as tl
+
+        overrides["vllm.triton_utils"] = {"triton": triton, "tl": tl}
     sys.meta_path.insert(0, _Finder(root, overrides, last=False))
     sys.meta_path.append(_Finder(root, overrides, last=True))
     sys.path.insert(0, str(root))
@@ -188,6 +194,22 @@ def indexer_variable(args: dict[str, Any]) -> object:
     return {"error": None, "rows": builder.expanded_block_table_buffer.tolist()}
 
 
+def indexer_uniform(args: dict[str, Any]) -> object:
+    """``_prepare_uniform_decode_kernel`` (0.23.0) itself, by triton's interpreter: the buffer it fills."""
+    import torch
+
+    module = importlib.import_module("vllm.v1.attention.backends.mla.indexer")
+    requests, next_n = args["requests"], args["next_n"]
+    tokens = requests * next_n
+    table = torch.arange(1, (requests + 1) * args["table_width"] + 1, dtype=torch.int32).view(requests + 1, -1)
+    buffer = torch.zeros((tokens, args["buffer_width"]), dtype=torch.int32)
+    seq_lens = torch.full((requests,), 1000, dtype=torch.int32)
+    module._prepare_uniform_decode_kernel[(tokens,)](
+        seq_lens, torch.zeros(tokens, dtype=torch.int32), table, table.stride(0), buffer, buffer.stride(0),
+        torch.zeros(tokens, dtype=torch.int32), next_n, BLOCK_SIZE=1024)
+    return buffer.tolist()
+
+
 def v0_graph_rows(args: dict[str, Any]) -> object:
     """A V0 metadata builder's ``build`` on a decode batch that replays the captured graph."""
     import numpy as np
@@ -215,7 +237,8 @@ def v0_graph_rows(args: dict[str, Any]) -> object:
 
 
 CHECKS: dict[str, Callable[[dict[str, Any]], object]] = {
-    "table-width": table_width, "indexer-variable": indexer_variable, "v0-graph-rows": v0_graph_rows,
+    "table-width": table_width, "indexer-variable": indexer_variable, "indexer-uniform": indexer_uniform,
+    "v0-graph-rows": v0_graph_rows,
 }
 
 def run(requests: list[dict[str, Any]]) -> list[object]:
@@ -227,5 +250,5 @@ def run(requests: list[dict[str, Any]]) -> list[object]:
 
 
 if __name__ == "__main__":
-    install(Path(sys.argv[1]))
+    install(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
     print(json.dumps(run(json.load(sys.stdin))))
