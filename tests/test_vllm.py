@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import zipfile
@@ -186,6 +187,25 @@ def test_the_indexer_closed_form_equals_an_executed_scan(engine: str, block_size
         assert predicted.any() and not predicted.all()  # the scan covers failing and passing lengths
 
 
+def test_random_indexer_states_probe_as_the_formulas_say() -> None:
+    """200 seeded states: the executed probe, the closed form and the restated formulas agree."""
+    rng = random.Random(13)
+    backend = case_backend_of(INDEXER)
+    for _ in range(200):
+        engine = rng.choice(["vllm==0.23.0", "vllm==0.33.0"])
+        block_size, dcp = rng.choice([1, 16, 32, 48, 64, 96, 128, 200, 256]), rng.choice([1, 2, 4, 8])
+        length = rng.randint(1, 1_100_000)
+        path = rng.choice(["variable", "uniform"])
+        case = IndexerCase(component=INDEXER, engine=engine, max_model_len=length, block_size=block_size, rows=4,
+                           dcp=dcp, indexer_path=path)
+        table, buffer = ref_table_width(engine, length, block_size, dcp), ref_buffer_width(engine, length, block_size, dcp)
+        result = probe(case)
+        assert (result.table_width, result.buffer_width) == (table, buffer)
+        fails = path == "variable" and table != buffer
+        assert result.outcome.value == ("shape-error" if fails else "ok")
+        assert bool(backend.fails_grid(case, np.array([length], dtype=np.int64))[0]) == fails
+
+
 def test_the_indexer_boundary_is_the_next_unaligned_length() -> None:
     """300000 / 64 = 4687.5 -> 4688 blocks (even); 4688 * 64 = 300032, so 300033 needs 4689."""
     case = {**SEED_46074, "max_model_len": 300000}
@@ -251,7 +271,8 @@ def test_the_v0_boundary_of_the_seed() -> None:
 
 WHEELS = Path(os.environ.get("WORKBENCH_WHEELS", "~/.cache/workbench/wheels")).expanduser()
 RUNNER = Path(__file__).resolve().parent / "vllm_released.py"
-V1_FILES = ("vllm/utils/math_utils.py", "vllm/v1/worker/block_table.py", "vllm/v1/attention/backends/mla/indexer.py")
+V1_FILES = ("vllm/utils/math_utils.py", "vllm/v1/worker/block_table.py", "vllm/v1/attention/backends/mla/indexer.py",
+            "vllm/v1/kv_cache_interface.py")
 V0_FILES = tuple(f"vllm/attention/backends/{m}.py" for m in ("flash_attn", "flashinfer", "utils", "xformers"))
 
 

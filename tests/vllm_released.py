@@ -25,6 +25,7 @@ from typing import Any
 REAL = {
     "vllm.utils.math_utils",
     "vllm.v1.worker.block_table",
+    "vllm.v1.kv_cache_interface",
     "vllm.v1.attention.backends.mla.indexer",
     "vllm.attention.backends.flash_attn",
     "vllm.attention.backends.flashinfer",
@@ -153,7 +154,7 @@ def table_width(args: dict[str, Any]) -> object:
     """``MultiGroupBlockTable``'s width for one attention group of ``block_size``.
 
     0.23.0 takes ``max_model_len`` and divides by the CP size itself; 0.33.0 takes the group's
-    ``max_num_blocks`` (its ``kv_cache_spec.max_num_blocks_per_req``: ``cdiv(len, block_size * dcp)``).
+    ``max_num_blocks`` from ``AttentionSpec.max_num_blocks_per_req`` (run here too).
     """
     module = importlib.import_module("vllm.v1.worker.block_table")
     names = module.MultiGroupBlockTable.__init__.__code__.co_varnames
@@ -162,8 +163,12 @@ def table_width(args: dict[str, Any]) -> object:
                                   block_sizes=[size])
     if "max_model_len" in names:
         kwargs.update(max_model_len=length, kernel_block_sizes=[size])
-    else:
-        kwargs["max_num_blocks"] = [-(-length // (size * args["dcp"]))]
+    else:  # the group's blocks from the engine's AttentionSpec (dcp_sharded: divided by the DCP size)
+        specs = importlib.import_module("vllm.v1.kv_cache_interface")
+        spec = object.__new__(specs.AttentionSpec)
+        object.__setattr__(spec, "block_size", size)
+        config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(decode_context_parallel_size=args["dcp"]))
+        kwargs["max_num_blocks"] = [spec.max_num_blocks_per_req(config, length)]
     table = module.MultiGroupBlockTable(**kwargs)
     return table.block_tables[0].max_num_blocks_per_req
 

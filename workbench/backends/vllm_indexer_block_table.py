@@ -21,6 +21,11 @@ The table is built at start-up; a ``max_model_len`` reduced later (vLLM 46787, 4
 the old width in 0.23.0, whose runner rebuilds it only when block sizes change (6967-6969); 0.33.0
 rebuilds it whenever a width changes (6867-6872). ``table_max_model_len`` is that start-up length.
 
+DCP: both widths divide by the context-parallel size in the two releases read (0.23.0
+``get_total_cp_world_size()`` in both; 0.33.0 ``AttentionSpec.max_num_blocks_per_req``, 610-615, for
+both), so the DCP report 48404 (a buffer divided, a table not) is not a state these versions reach:
+``dcp`` here divides both.
+
 Two fill paths (``_prepare_decode_tensors``):
 
 * variable decode lengths: ``buf[:n] = torch.repeat_interleave(block_table, decode_lens, dim=0)``
