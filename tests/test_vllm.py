@@ -216,6 +216,9 @@ def test_the_indexer_boundary_is_the_next_unaligned_length() -> None:
     assert boundary_record({**case, "engine": "vllm==0.33.0"}, "cpu")["first_failing_max_model_len"] is None
     assert boundary_record({**case, "table_max_model_len": 350000}, "cpu")["error"] == (
         "table_max_model_len: not a boundary field (the search chooses the max_model_len)")
+    odd = boundary_record({**case, "indexer_path": "uniform", "rows": 41}, "cpu")
+    assert odd == {"outcome": "invalid", "error": "rows: 41 is not a multiple of 2 (uniform decode lengths of 2 rows "
+                   "each)", "first_failing_max_model_len": None}
 
 
 # ---- V0 -------------------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ def case_boundary_record(data: dict[str, object], device: str) -> dict[str, obje
     backend = backends.case_backend_of(str(data["component"]))
     try:
         case = parse_backend_case(data, boundary=True)
+        low, _ = backend.scan_range(case)
+        problem = backend.case_problem(backend.at(case, low))  # one that the scanned value does not cause
+        if problem:
+            raise CaseError(problem)
     except CaseError as err:
         return {"outcome": Outcome.INVALID.value, "error": str(err), f"first_failing_{backend.scan_label}": None}
     return backend.boundary_record(backend.boundary(case, device))

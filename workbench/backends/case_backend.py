@@ -100,6 +100,10 @@ class CaseBackend(ABC, Generic[C]):
     def probe(self, case: C, device: torch.device | str = "cpu") -> ProbeResult:
         """Run the engine's step on real tensors and classify it."""
 
+    def case_problem(self, case: C) -> str | None:
+        """Why ``case`` is not a state the engine can be in (its probe is ``invalid``), or None."""
+        return None
+
     @abstractmethod
     def scan_range(self, case: C) -> tuple[int, int]:
         """The values of ``scan_field`` a boundary searches, both ends included."""

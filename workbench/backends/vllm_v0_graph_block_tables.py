@@ -136,9 +136,15 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
             attention_backend=choice_field(data, "attention_backend", ATTENTION_BACKENDS, "flash-attn"),
         )
 
-    def probe(self, case: V0GraphCase, device: torch.device | str = "cpu") -> ProbeResult:
+    def case_problem(self, case: V0GraphCase) -> str | None:
         if min(case.seq_lens) < 1:
-            return invalid(f"seq_lens: {min(case.seq_lens)} is below 1 (a decoding sequence holds a token)")
+            return f"seq_lens: {min(case.seq_lens)} is below 1 (a decoding sequence holds a token)"
+        return None
+
+    def probe(self, case: V0GraphCase, device: torch.device | str = "cpu") -> ProbeResult:
+        problem = self.case_problem(case)
+        if problem:
+            return invalid(problem)
         held = [case.blocks_held(s) for s in case.seq_lens]
         done = ProbeResult(Outcome.OK, None, buffer_width=case.graph_width, table_width=max(held),
                            reads=max(case.seq_lens), device=str(torch.device(device)), path="graph")
