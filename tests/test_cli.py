@@ -63,9 +63,11 @@ def test_bad_lines_are_invalid_and_the_rest_still_run() -> None:
     results = [json.loads(line) for line in out.splitlines()]
     assert [r["outcome"] for r in results] == ["ok", "invalid", "invalid", "invalid", "ok"]
     assert results[1]["error"].startswith("line 2: not JSON")
-    # The allowed list is the registry's: the two seed tables first, every later backend after them.
+    # The allowed list is the registry's: the two seed tables first, every later backend after them,
+    # then the backends that bring their own case (vLLM's buffers).
     assert results[2]["error"] == ("component: 'gpu' is not one of npu-block-table, dsa-page-table, "
-                                   "sglang-fa3-page-table, allocator")
+                                   "sglang-fa3-page-table, allocator, vllm-indexer-block-table, "
+                                   "vllm-v0-graph-block-tables, vllm-ascend-block-table")
     assert results[3]["error"] == "page_size: 0 is out of range (allowed: 1 or more)"
 
 

@@ -46,7 +46,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def _add_case_flags(parser: argparse.ArgumentParser, *, with_seq_lens: bool) -> None:
-    parser.add_argument("component", nargs="?", choices=(*backends.all_names(), "allocator"), metavar="component",
+    parser.add_argument("component", nargs="?", choices=(*backends.all_names(), "allocator", *backends.CASE_COMPONENTS),
+                        metavar="component",
                         help=f"the component of a single case ({', '.join(COMPONENTS)}; the tables' registry names too)")
     parser.add_argument("--cases", metavar="FILE", help="JSON lines of cases ('-' = stdin)")
     parser.add_argument("--json", action="store_true", help="print the result as a JSON object")
@@ -292,6 +293,9 @@ def _run_cases(path: str, run: object, device: str, out: IO[str]) -> None:
 def _run_single(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.component is None:
         raise BadInput(f"give a component ({', '.join(COMPONENTS)}) or --cases FILE")
+    if backends.is_case_backend(args.component):  # its fields are its own: no flags for them
+        fields = ", ".join(sorted(backends.case_backend_of(args.component).fields - {"component"}))
+        raise BadInput(f"{args.component}: give its cases as JSON lines with --cases FILE (fields: {fields})")
     data = _case_from_flags(args)
     if args.command == "probe":
         try:

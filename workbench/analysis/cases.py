@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workbench import backends
+from workbench.backends.case_backend import BackendCase
 from workbench.engines.versions import apply_engine
 from workbench.model.allocator import Gather
 from workbench.model.cases import AllocatorCase, Case, Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 
 TABLE_COMPONENTS = backends.TABLE_COMPONENTS
-COMPONENTS = (*TABLE_COMPONENTS, "allocator")
+CASE_COMPONENTS = backends.CASE_COMPONENTS  # backends that bring their own case (vLLM's buffers)
+COMPONENTS = (*TABLE_COMPONENTS, "allocator", *CASE_COMPONENTS)
 MAX_BATCH = 4096
 
 
@@ -82,19 +84,35 @@ def _reject_unknown(data: Mapping[str, object], known: set[str]) -> None:
 
 def parse_component(data: Mapping[str, object]) -> str:
     component = _str(data, "component")
-    if component != "allocator" and not backends.is_table_backend(component):
+    if component != "allocator" and not backends.is_table_backend(component) and not backends.is_case_backend(component):
         raise CaseError(f"component: {component!r} is not one of {', '.join(COMPONENTS)}")
     return component
 
 
-def parse_case(data: object, *, need_seq_lens: bool = True) -> Case:
+def parse_case(data: object, *, need_seq_lens: bool = True) -> Case | BackendCase:
     """A case from one JSON object; ``need_seq_lens=False`` for boundary searches."""
     if not isinstance(data, dict):
         raise CaseError(f"case: {type(data).__name__} is not a JSON object")
     component = parse_component(data)
     if component == "allocator":
         return parse_allocator_case(data)
+    if backends.is_case_backend(component):
+        return parse_backend_case(data, boundary=not need_seq_lens)
     return parse_table_case(data, need_seq_lens=need_seq_lens)
+
+
+def parse_backend_case(data: Mapping[str, object], *, boundary: bool = False) -> BackendCase:
+    """A case of a backend that parses its own fields; its ``ValueError`` becomes a ``CaseError``."""
+    backend = backends.case_backend_of(str(data["component"]))
+    if boundary:
+        given = [name for name in backend.boundary_rejects if name in data]
+        if given:
+            raise CaseError(f"{given[0]}: not a boundary field (the search chooses the {backend.scan_label})")
+    try:
+        case: BackendCase = backend.parse(data, boundary=boundary)
+    except ValueError as err:
+        raise CaseError(str(err)) from None
+    return case
 
 
 def parse_table_case(data: Mapping[str, object], *, need_seq_lens: bool = True) -> TableCase:
@@ -161,5 +179,6 @@ def parse_allocator_case(data: Mapping[str, object]) -> AllocatorCase:
     )
 
 
-__all__ = ["COMPONENTS", "MAX_BATCH", "TABLE_COMPONENTS", "AllocatorCase", "Case", "CaseError", "Replay", "TableCase",
+__all__ = ["CASE_COMPONENTS", "BackendCase", "parse_backend_case",
+           "COMPONENTS", "MAX_BATCH", "TABLE_COMPONENTS", "AllocatorCase", "Case", "CaseError", "Replay", "TableCase",
            "parse_allocator_case", "parse_case", "parse_component", "parse_table_case"]

@@ -17,15 +17,19 @@ from workbench import backends
 from workbench.analysis import capture_cache
 from workbench.analysis.cases import AllocatorCase, Case, TableCase
 from workbench.backends.base import TableBackend
+from workbench.backends.case_backend import BackendCase
 from workbench.devices.graph import GRAPH_PATH, NO_READ, choose_path
 from workbench.model.allocator import PagedAllocator, pages_needed_for_decode
 from workbench.model.outcome import Outcome, Overwrite, ProbeResult, invalid
 
 
-def probe(case: Case, device: torch.device | str = "cpu") -> ProbeResult:
+def probe(case: Case | BackendCase, device: torch.device | str = "cpu") -> ProbeResult:
     if isinstance(case, AllocatorCase):
         return probe_allocator(case, device)
-    return probe_table(case, device)
+    if isinstance(case, TableCase):
+        return probe_table(case, device)
+    result: ProbeResult = backends.case_backend_of(case.component).probe(case, device)  # it runs its own step
+    return result
 
 
 # ---- tables ------------------------------------------------------------------------------------

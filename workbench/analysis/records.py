@@ -4,8 +4,16 @@ with ``outcome: invalid`` and the reason, never an exception."""
 
 from __future__ import annotations
 
+from workbench import backends
 from workbench.analysis.boundary import Boundary, BoundaryError, find_boundary
-from workbench.analysis.cases import TABLE_COMPONENTS, CaseError, TableCase, parse_case, parse_component
+from workbench.analysis.cases import (
+    TABLE_COMPONENTS,
+    CaseError,
+    TableCase,
+    parse_backend_case,
+    parse_case,
+    parse_component,
+)
 from workbench.analysis.probe import probe
 from workbench.model.outcome import Outcome, ProbeResult
 
@@ -16,10 +24,14 @@ def probe_record(data: object, device: str) -> dict[str, object]:
         case = parse_case(data)
     except CaseError as err:
         return {"outcome": Outcome.INVALID.value, "error": str(err)}
+    if backends.is_case_backend(case.component):  # its record drops what only SGLang's tables have
+        return backends.case_backend_of(case.component).record(probe(case, device))
     return probe(case, device).to_dict(case.component)
 
 
 def boundary_record(data: object, device: str) -> dict[str, object]:
+    if isinstance(data, dict) and isinstance(data.get("component"), str) and backends.is_case_backend(data["component"]):
+        return case_boundary_record(data, device)
     try:
         if isinstance(data, dict) and parse_component(data) not in TABLE_COMPONENTS:
             raise CaseError(f"component: boundaries are searched for the tables ({', '.join(TABLE_COMPONENTS)})")
@@ -34,6 +46,20 @@ def boundary_record(data: object, device: str) -> dict[str, object]:
     except (CaseError, BoundaryError) as err:
         return {"outcome": Outcome.INVALID.value, "error": str(err), "first_failing_seq_len": None}
     return boundary_to_dict(boundary)
+
+
+def case_boundary_record(data: dict[str, object], device: str) -> dict[str, object]:
+    """The boundary of a backend that brings its own case: its closed form, executed twice."""
+    backend = backends.case_backend_of(str(data["component"]))
+    try:
+        case = parse_backend_case(data, boundary=True)
+        low, _ = backend.scan_range(case)
+        problem = backend.case_problem(backend.at(case, low))  # one that the scanned value does not cause
+        if problem:
+            raise CaseError(problem)
+    except CaseError as err:
+        return {"outcome": Outcome.INVALID.value, "error": str(err), f"first_failing_{backend.scan_label}": None}
+    return backend.boundary_record(backend.boundary(case, device))
 
 
 def _without(data: object, key: str) -> object:

@@ -1,11 +1,14 @@
 """The registry of engine backends: one module per backend, each declaring what the package needs.
 
-Everything outside this package asks the registry (``backend_of``, ``table_backends``) and never
-branches on a backend's name. Adding a backend is one module plus one line in ``_MODULES``
-(``_GATHER_MODULES`` for an allocator's ``alloc_decode`` gathers).
+Everything outside this package asks the registry (``backend_of``, ``table_backends``,
+``is_case_backend``, ``case_backend_of``) and never branches on a backend's name. Adding a backend
+is one module plus one line in ``_MODULES`` (``_GATHER_MODULES`` for an allocator's ``alloc_decode``
+gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from workbench.backends import (
     sglang_ascend_block_tables,
@@ -13,13 +16,19 @@ from workbench.backends import (
     sglang_dsa_page_table,
     sglang_fa3_page_table,
     sglang_npu_allocator,
+    vllm_ascend_block_table,
+    vllm_indexer_block_table,
+    vllm_v0_graph_block_tables,
 )
 from workbench.backends.base import Seed, SizingRule, TableBackend
+from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
 from workbench.backends.gather import DecodeGather
 
 _MODULES = (sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table)
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
+
+_CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_ascend_block_table)
 
 TABLE_BACKENDS: tuple[TableBackend, ...] = tuple(m.BACKEND for m in _MODULES)
 _BY_NAME: dict[str, TableBackend] = {
@@ -29,6 +38,11 @@ _BY_NAME: dict[str, TableBackend] = {
 TABLE_COMPONENTS: tuple[str, ...] = tuple(b.label for b in TABLE_BACKENDS)
 DEFAULT_COMPONENTS: tuple[str, ...] = tuple(b.label for b in TABLE_BACKENDS if b.in_defaults)
 RULE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r for b in TABLE_BACKENDS for r in b.rules))
+
+
+CASE_BACKENDS: tuple[CaseBackend[Any], ...] = tuple(m.BACKEND for m in _CASE_MODULES)
+_CASE_BY_NAME: dict[str, CaseBackend[Any]] = {b.name: b for b in CASE_BACKENDS}
+CASE_COMPONENTS: tuple[str, ...] = tuple(_CASE_BY_NAME)
 
 
 GATHERS: dict[str, DecodeGather] = {g.name: g for m in _GATHER_MODULES for g in m.GATHERS}
@@ -49,6 +63,23 @@ def table_backends() -> tuple[TableBackend, ...]:
 
 def is_table_backend(name: str) -> bool:
     return name in _BY_NAME
+
+
+def is_case_backend(name: str) -> bool:
+    """Whether ``name`` is a backend that parses and probes its own cases."""
+    return name in _CASE_BY_NAME
+
+
+def case_backend_of(name: str) -> CaseBackend[Any]:
+    try:
+        return _CASE_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"component: {name!r} is not one of {', '.join(CASE_COMPONENTS)}") from None
+
+
+def case_seeds() -> tuple[CaseSeed, ...]:
+    """The case backends' seed cases (the vLLM crash reports)."""
+    return tuple(seed for b in CASE_BACKENDS for seed in b.seeds)
 
 
 def backend_of(name: str) -> TableBackend:
@@ -89,6 +120,8 @@ def allocator_seeds() -> tuple[Seed, ...]:
 
 
 __all__ = [
+    "CASE_BACKENDS", "CASE_COMPONENTS", "BackendCase", "CaseBackend", "CaseSeed", "case_backend_of", "case_seeds",
+    "is_case_backend",
     "DEFAULT_COMPONENTS", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "TABLE_BACKENDS", "TABLE_COMPONENTS", "DecodeGather", "Seed",
     "SizingRule", "TableBackend", "all_names", "allocator_seeds", "backend_of", "check_rule", "check_rule_name", "gather_of",
     "is_table_backend", "seeds", "table_backends",

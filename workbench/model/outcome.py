@@ -54,6 +54,7 @@ class ProbeResult:
     free_pages_after: list[int] | None = None
     device: str = "cpu"
     path: str = "eager"  # the read after the copy: "graph" (captured, replayed), "eager", or "none" (skipped)
+    table_width: int | None = None  # vLLM: the block table's blocks, beside the derived buffer's (omitted when None)
 
     def to_dict(self, component: str) -> dict[str, object]:
         """The JSON shape of ``workbench probe``: table fields or allocator fields, not both."""
@@ -63,6 +64,8 @@ class ProbeResult:
             "buffer_width", "request_table_width", "reads")
         for key in drop:
             data.pop(key)
+        if self.table_width is None:  # only vLLM's buffers have a second width: other records stay as they were
+            data.pop("table_width")
         return data
 
 

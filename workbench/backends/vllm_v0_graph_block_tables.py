@@ -1,0 +1,187 @@
+"""vLLM V0: the CUDA graph's ``graph_block_tables`` and the lookahead slots (engines.md section 4;
+crash reports vLLM 5563 and 8145, fixed by PR 8340 in 0.6.2).
+
+``ModelRunner`` keeps one numpy table for every captured graph, ``(max_batchsize_to_capture,
+cdiv(max_seq_len_to_capture, block_size))`` int32 (``worker/model_runner.py`` 873-875, 1013-1015).
+A decode batch replays a graph while its longest ``seq_len <= max_seq_len_to_capture`` (666-670);
+otherwise it runs eagerly with a padded table of its own, which always fits. With multi-step
+scheduling or speculative decoding the block manager reserves ``lookahead`` slots past the
+sequence, so a request holds ``cdiv(seq_len + lookahead, block_size)`` blocks, and the metadata
+builder writes the whole list into the graph's row:
+
+    input_block_tables[i, :len(block_table)] = block_table        # numpy: no clamping on assignment
+
+Worked example (5563 / 8145): capture length 8192, block size 16: rows of 512 blocks. With 7
+lookahead slots, ``seq_len`` 8186 still replays the graph (8186 <= 8192) and holds
+cdiv(8193, 16) = 513 blocks: ``could not broadcast input array from shape (513,) into shape (512,)``.
+``seq_len`` 8185 holds cdiv(8192, 16) = 512 and fits.
+
+PR 8340 (0.6.2) writes ``block_table[:max_blocks]`` when the list is longer, in the flash-attn
+(``flash_attn.py`` 512-524) and flashinfer (605-617) builders only; the lookahead blocks it drops
+hold no token this step reads. ``CommonMetadataBuilder`` (``attention/backends/utils.py``
+220-223, used by xformers) kept the plain assignment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workbench.backends.case_backend import (
+    BackendCase,
+    BoolArray,
+    CaseBackend,
+    CaseSeed,
+    IntArray,
+    choice_field,
+    int_field,
+    int_list_field,
+    reject_unknown,
+)
+from workbench.engines.versions import load_versions
+from workbench.model.geometry import cdiv
+from workbench.model.outcome import Outcome, ProbeResult, invalid
+
+NAME = "vllm-v0-graph-block-tables"
+ATTENTION_BACKENDS = ("flash-attn", "flashinfer", "xformers")
+DEFAULT_CAPTURE_LEN = 8192  # ModelConfig's max_seq_len_to_capture default
+MAX_CAPTURE_LEN = 1 << 22  # a row of 4M tokens: past any model of the V0 era
+
+
+def row_writes() -> dict[str, Mapping[str, str]]:
+    """Per release, per attention backend: ``assign`` (the whole list) or ``truncate`` (PR 8340)."""
+    found: dict[str, Mapping[str, str]] = {}
+    for engine, version in load_versions().items():
+        fields = version.fields.get(NAME)
+        if fields:
+            value = fields["row_write"]
+            assert isinstance(value, dict)
+            found[engine] = {str(k): str(v) for k, v in value.items()}
+    return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class V0GraphCase(BackendCase):
+    """One decode step that may replay a captured graph."""
+
+    engine: str  # "vllm==0.6.0"
+    max_seq_len_to_capture: int = DEFAULT_CAPTURE_LEN
+    block_size: int
+    lookahead: int  # slots reserved past each sequence (multi-step, speculative decoding)
+    seq_lens: tuple[int, ...]  # the batch's sequence lengths, the token being decoded included
+    attention_backend: str = "flash-attn"
+
+    @property
+    def graph_width(self) -> int:
+        """Blocks per row of ``graph_block_tables``."""
+        return cdiv(self.max_seq_len_to_capture, self.block_size)
+
+    def blocks_held(self, seq_len: int) -> int:
+        """Blocks the block manager has given a request: its tokens and the lookahead slots."""
+        return cdiv(seq_len + self.lookahead, self.block_size)
+
+    @property
+    def replays_graph(self) -> bool:
+        return max(self.seq_lens) <= self.max_seq_len_to_capture
+
+
+def write_rows(graph_block_tables: np.ndarray, block_tables: list[list[int]], write: str) -> None:
+    """The metadata builder's loop over the batch's rows; raises numpy's broadcast error."""
+    max_blocks = graph_block_tables.shape[1]
+    for i, block_table in enumerate(block_tables):
+        if write == "truncate" and len(block_table) > max_blocks:
+            graph_block_tables[i, :max_blocks] = block_table[:max_blocks]
+        else:
+            graph_block_tables[i, : len(block_table)] = block_table
+
+
+SEED_5563 = CaseSeed(
+    name="vllm-5563",
+    story="vLLM 0.6.0, block size 16, capture length 8192, 7 lookahead slots: seq_len 8186 needs a 513th block",
+    failing={"component": NAME, "engine": "vllm==0.6.0", "block_size": 16, "lookahead": 7, "seq_lens": [8186]},
+    expected_error="could not broadcast input array from shape (513,) into shape (512,)",
+    passing=(
+        {"component": NAME, "engine": "vllm==0.6.0", "block_size": 16, "lookahead": 7, "seq_lens": [8185]},
+        {"component": NAME, "engine": "vllm==0.6.2", "block_size": 16, "lookahead": 7, "seq_lens": [8186]},
+    ),
+)
+
+
+class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
+    name = NAME
+    engine = "vllm"
+    device_family = "cuda"
+    buffer_name = "graph_block_tables"
+    fields = frozenset({"component", "engine", "max_seq_len_to_capture", "block_size", "lookahead", "seq_lens",
+                        "attention_backend"})
+    scan_field = "seq_lens"
+    scan_label = "seq_len"  # the search runs one request
+    seeds = (SEED_5563,)
+    boundary_rejects = ("seq_lens",)
+
+    def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V0GraphCase:
+        reject_unknown(data, self.fields)
+        choice_field(data, "engine", tuple(row_writes()))
+        capture = int_field(data, "max_seq_len_to_capture", DEFAULT_CAPTURE_LEN)
+        if capture > MAX_CAPTURE_LEN:
+            raise ValueError(f"max_seq_len_to_capture: {capture} is out of range (allowed: 1 to {MAX_CAPTURE_LEN})")
+        return V0GraphCase(
+            component=str(data["component"]), engine=str(data["engine"]), max_seq_len_to_capture=capture,
+            block_size=int_field(data, "block_size"), lookahead=int_field(data, "lookahead", low=0),
+            seq_lens=(1,) if boundary else int_list_field(data, "seq_lens"),  # a boundary sets its own
+            attention_backend=choice_field(data, "attention_backend", ATTENTION_BACKENDS, "flash-attn"),
+        )
+
+    def case_problem(self, case: V0GraphCase) -> str | None:
+        if min(case.seq_lens) < 1:
+            return f"seq_lens: {min(case.seq_lens)} is below 1 (a decoding sequence holds a token)"
+        return None
+
+    def probe(self, case: V0GraphCase, device: torch.device | str = "cpu") -> ProbeResult:
+        problem = self.case_problem(case)
+        if problem:
+            return invalid(problem)
+        held = [case.blocks_held(s) for s in case.seq_lens]
+        done = ProbeResult(Outcome.OK, None, buffer_width=case.graph_width, table_width=max(held),
+                           reads=max(case.seq_lens), device=str(torch.device(device)), path="graph")
+        if not case.replays_graph:  # eager: make_tensor_with_pad sizes the table to the batch
+            return dataclasses.replace(done, path="eager")
+        # (batch, graph_width) int32: the rows of the runner's table this batch size replays
+        graph_block_tables = np.zeros((len(case.seq_lens), case.graph_width), dtype=np.int32)
+        first = 1
+        block_tables = []  # the block manager's lists: distinct physical block ids, block 0 unused
+        for blocks in held:
+            block_tables.append(list(range(first, first + blocks)))
+            first += blocks
+        try:
+            write_rows(graph_block_tables, block_tables, row_writes()[case.engine][case.attention_backend])
+        except ValueError as err:
+            return dataclasses.replace(done, outcome=Outcome.SHAPE_ERROR, error=str(err))
+        # A truncated row lost only lookahead blocks: the step reads seq_len <= the capture length,
+        # which the row's cdiv(capture, block_size) blocks cover.
+        return done
+
+    def at(self, case: V0GraphCase, value: int) -> V0GraphCase:
+        """One request of ``seq_len`` ``value``."""
+        return V0GraphCase(component=case.component, engine=case.engine,
+                           max_seq_len_to_capture=case.max_seq_len_to_capture, block_size=case.block_size,
+                           lookahead=case.lookahead, seq_lens=(value,), attention_backend=case.attention_backend)
+
+    def scan_range(self, case: V0GraphCase) -> tuple[int, int]:
+        """Every ``seq_len`` a graph replays, and the first one past it (eager)."""
+        return 1, case.max_seq_len_to_capture + 1
+
+    def fails_grid(self, case: V0GraphCase, values: IntArray) -> BoolArray:
+        """Closed form: the graph replays (``s <= capture``) and the held blocks pass its row,
+        unless the backend truncates. First failure: ``graph_width * block_size - lookahead + 1``."""
+        if row_writes()[case.engine][case.attention_backend] == "truncate":
+            return np.zeros(len(values), dtype=bool)
+        held = (values + case.lookahead + case.block_size - 1) // case.block_size
+        return np.asarray((values <= case.max_seq_len_to_capture) & (held > case.graph_width), dtype=bool)
+
+
+BACKEND = V0GraphBlockTablesBackend()
