@@ -12,12 +12,19 @@ from workbench.backends import (
     sglang_cuda_allocator,
     sglang_dsa_page_table,
     sglang_fa3_page_table,
+    sglang_flashmla_page_table,
     sglang_npu_allocator,
+    sglang_trtllm_mha_page_table,
+    sglang_trtllm_mla_page_table,
+    sglang_xpu_page_table,
 )
 from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.gather import DecodeGather
 
-_MODULES = (sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table)
+_MODULES = (
+    sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
+    sglang_trtllm_mha_page_table, sglang_flashmla_page_table, sglang_trtllm_mla_page_table,
+)
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 
