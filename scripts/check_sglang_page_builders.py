@@ -1,6 +1,6 @@
 """Run SGLang's own page-table builders (Triton, under the interpreter) against the workbench's replays.
 
-For XPU, TRT-LLM MHA (graph and eager), FlashMLA and TRT-LLM MLA: the engine's kernel fills a
+For XPU, TRT-LLM MHA (graph and eager), FlashMLA, TRT-LLM MLA and AITER: the engine's kernel fills a
 table through a view of the first ``rows`` rows of a buffer one row taller (so a store past the
 last row lands where it can be seen, not in foreign memory), the backend's ``replay`` fills a
 table of the same shape, and the two must be equal entry for entry, spill included.
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(src: Path) -> int:
     import torch
+    import triton
 
     from workbench.backends import backend_of
     from workbench.backends.page_writes import PagedTable
@@ -71,6 +72,7 @@ def _check(src: Path) -> int:
     mha_table = _load(src, "trtllm_mha_page_table")
     mha_graph = _load(src, "trtllm_mha_graph_metadata")
     kv_indices = _load(src, "kv_indices")
+    aiter = _load(src, "aiter_unified_page_table")
 
     def engine_fill(kernel: str, table: torch.Tensor, req_to_token: torch.Tensor, seq_lens: list[int], delta: int,
                     ps: int) -> None:
@@ -92,6 +94,11 @@ def _check(src: Path) -> int:
             mha_table.build_trtllm_mha_page_table(
                 req_to_token=req_to_token, req_pool_indices=rows, cache_seqlens=(lens + delta).to(torch.int32),
                 page_table=table, page_size=ps)
+        elif kernel == "aiter":  # _build_verify_unified_metadata: programs of 1024 pages over the width
+            grid = (bs, triton.cdiv(max(width, 1), 1024))
+            aiter.scatter_req_to_token_to_page_table_kernel[grid](
+                req_to_token, rows, lens, table, req_to_token.stride(0), table.stride(0), None, None,
+                DRAFT_NUM=delta, PAGE_SIZE=ps, BLOCK_SIZE=1024, HAS_SWA=False)
         else:  # flashmla / trtllm-mla: create_flashmla_kv_indices_triton over the row stride's programs
             grid = (bs, kv_indices.get_num_kv_index_blocks_flashmla(table.stride(0), ps))
             kv_indices.create_flashmla_kv_indices_triton[grid](
@@ -106,6 +113,8 @@ def _check(src: Path) -> int:
         ("trtllm-mha-eager", "sglang-trtllm-mha-page-table", "eager", 1024, 3, [3100, 5], 4),
         ("flashmla", "sglang-flashmla-page-table", "graph", 64, 3, [190, 70], 4),
         ("flashmla", "sglang-trtllm-mla-page-table", "graph", 64, 64, [4094, 70], 4),
+        ("aiter", "sglang-aiter-page-table", "graph", 16, 4, [62, 20], 4),
+        ("aiter", "sglang-aiter-page-table", "graph", 1, 1024, [1022, 5], 4),  # grid = width: no spill
     ]
     failures = 0
     for kernel, component, path, ps, width, seq_lens, delta in cases:

@@ -8,6 +8,7 @@ branches on a backend's name. Adding a backend is one module plus one line in ``
 from __future__ import annotations
 
 from workbench.backends import (
+    sglang_aiter_page_table,
     sglang_ascend_block_tables,
     sglang_cuda_allocator,
     sglang_dsa_page_table,
@@ -23,7 +24,7 @@ from workbench.backends.gather import DecodeGather
 
 _MODULES = (
     sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
-    sglang_trtllm_mha_page_table, sglang_flashmla_page_table, sglang_trtllm_mla_page_table,
+    sglang_trtllm_mha_page_table, sglang_flashmla_page_table, sglang_trtllm_mla_page_table, sglang_aiter_page_table,
 )
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
