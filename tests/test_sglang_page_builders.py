@@ -339,3 +339,17 @@ def test_the_engines_triton_builders_agree_with_the_replays() -> None:
         pytest.skip(run.stdout.strip())
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 10, run.stdout
+
+
+def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_own_colour() -> None:
+    from workbench.analysis.sweep import request_trace
+    from workbench.present.plots import request_trace_plot
+
+    case = parse_case({"component": XPU, "rule": "context", "context_len": 256, "page_size": 16, "draft_tokens": 4,
+                       "mode": "target-verify"}, need_seq_lens=False)
+    assert isinstance(case, TableCase)
+    frame = request_trace(case, steps=12)
+    failing = frame[frame.outcome != "ok"]
+    assert set(failing.outcome) == {"silent-overwrite"} and (failing.seq_len >= 256 - 4 + 1).all()
+    markers = [t for t in request_trace_plot(frame).data if t.name == "step fails: silent-overwrite"]
+    assert len(markers) == 1 and markers[0].marker.color == "#8c564b"

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
 OUTCOME_COLOURS = {
     "ok": "#2ca02c", "out-of-memory": "#7f7f7f", "shape-error": "#d62728", "index-error": "#9467bd",
-    "silent-overread": "#ff7f0e", "invalid": "#bcbd22",
+    "silent-overread": "#ff7f0e", "silent-overwrite": "#8c564b", "invalid": "#bcbd22",
 }
 
 
