@@ -353,3 +353,11 @@ def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_own_colo
     assert set(failing.outcome) == {"silent-overwrite"} and (failing.seq_len >= 256 - 4 + 1).all()
     markers = [t for t in request_trace_plot(frame).data if t.name == "step fails: silent-overwrite"]
     assert len(markers) == 1 and markers[0].marker.color == "#8c564b"
+
+
+@pytest.mark.parametrize("component", [XPU, TRT_MHA, FLASHMLA, TRT_MLA, AITER])
+def test_the_engine_version_names_the_release_rule(component: str) -> None:
+    case = parse_case({"component": component, "engine": "sglang==0.5.23", "context_len": 8192, "page_size": 64,
+                       "draft_tokens": 4, "seq_lens": [100], "mode": "target-verify"})
+    assert isinstance(case, TableCase)
+    assert (case.rule, case.geometry.width_gen) == ("context", "g3")  # every release sizes by ctx; W is G3
