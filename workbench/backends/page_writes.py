@@ -22,6 +22,7 @@ corrupts a request's metadata: the write past the row is what is reported.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -103,9 +104,9 @@ class LivePageBackend(TableBackend):
     """A backend whose replay is one of the builders above: ``cache_seqlens = s + lookahead`` and
     each row's live pages, cut at ``write_limit``. Subclasses say the limit and the rows."""
 
+    @abstractmethod
     def write_limit(self, case: TableCase, width: int) -> int | None:
         """Pages a row's program may store (None: every live page)."""
-        raise NotImplementedError
 
     def probe_rows(self, case: TableCase, width: int) -> int:
         """The batch's rows and, where the captured graph has one, the row after it: a write past

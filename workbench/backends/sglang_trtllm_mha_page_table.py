@@ -19,8 +19,10 @@ a case field ``path``:
   buffer (``max_bs`` rows) out of graph with the same builder as ``eager``: an overwrite into
   the next row. Modelled with every request verifying all D drafts (the layout's widest row).
 
-``delta`` is D in a verify, ``step_id + 1`` in a draft step, 0 otherwise. On every path the step
-fails first at ``s = B * ps - delta + 1``, the generic closed form; only the outcome differs.
+Probes and boundaries take ``path`` from the case; sweeps and serving runs replay the graph
+path (the default), as a graph-captured server does. ``delta`` is D in a verify, ``step_id + 1``
+in a draft step, 0 otherwise. On every path the step fails first at ``s = B * ps - delta + 1``,
+the generic closed form; only the outcome differs.
 
 Worked example: ps 16, ctx 64 (B 4 pages), D 4: a verify at s = 62 needs cdiv(66, 16) = 5 pages.
 Graph: 4 stored, cache_seqlens 66 > 64: over-read. Eager: the grid covers 256 pages, page 4 is
