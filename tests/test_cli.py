@@ -66,8 +66,9 @@ def test_bad_lines_are_invalid_and_the_rest_still_run() -> None:
     # The allowed list is the registry's: the two seed tables first, every later backend after them,
     # then the backends that bring their own case (vLLM's buffers).
     assert results[2]["error"] == ("component: 'gpu' is not one of npu-block-table, dsa-page-table, "
-                                   "sglang-fa3-page-table, allocator, vllm-indexer-block-table, "
-                                   "vllm-v0-graph-block-tables, vllm-ascend-block-table")
+                                   "sglang-fa3-page-table, sglang-xpu-page-table, sglang-trtllm-mha-page-table, "
+                                   "sglang-flashmla-page-table, sglang-trtllm-mla-page-table, sglang-aiter-page-table, "
+                                   "allocator, vllm-indexer-block-table, vllm-v0-graph-block-tables, vllm-ascend-block-table")
     assert results[3]["error"] == "page_size: 0 is out of range (allowed: 1 or more)"
 
 

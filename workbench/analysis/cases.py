@@ -25,12 +25,13 @@ class CaseError(ValueError):
     """A case that cannot be run as given."""
 
 
+# Each applies to the backends that list it in case_fields ("replay", "hybrid_swa", "path", ...).
+_OPTIONAL_FIELDS = tuple(sorted({f for b in backends.table_backends() for f in b.case_fields}))
 _TABLE_FIELDS = {
     "component", "rule", "context_len", "page_size", "draft_tokens", "seq_lens", "mode", "step_id",
-    "width_gen", "spec_steps", "spec_topk", "draft_has_kv", "replay", "hybrid_swa", "accept_len",
-    "max_bs", "max_seq_len", "engine",
+    "width_gen", "spec_steps", "spec_topk", "draft_has_kv", "accept_len", "max_bs", "max_seq_len", "engine",
+    *_OPTIONAL_FIELDS,
 }
-_OPTIONAL_FIELDS = ("replay", "hybrid_swa")  # each applies to the backends that list it in case_fields
 _ALLOCATOR_FIELDS = {"component", "gather", "page_size", "seq_lens", "last_loc", "free_pages", "parked_pages"}
 
 
@@ -146,10 +147,11 @@ def parse_table_case(data: Mapping[str, object], *, need_seq_lens: bool = True) 
     except ValueError as err:
         raise CaseError(str(err)) from None
     for name in _OPTIONAL_FIELDS:
-        given = name in data if name == "replay" else bool(data.get(name))
+        given = name in data and data[name] is not False  # a flag set to false is the same as absent
         if given and name not in backend.case_fields:
             takers = [b.label for b in backends.table_backends() if name in b.case_fields]
             raise CaseError(f"{name}: applies to {', '.join(takers)} only")
+    options = _options(data, backend.case_options)
     return TableCase(
         component=component,
         geometry=geometry,
@@ -160,7 +162,20 @@ def parse_table_case(data: Mapping[str, object], *, need_seq_lens: bool = True) 
         replay=replay,
         hybrid_swa=_bool(data, "hybrid_swa", False),
         accept_len=_int(data, "accept_len", 1, low=1),
+        options=options,
     )
+
+
+def _options(data: Mapping[str, object], declared: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...]:
+    """The backend's string fields the case gives, each checked against its allowed values."""
+    chosen = []
+    for name, allowed in sorted(declared.items()):
+        if name in data:
+            value = _str(data, name)
+            if value not in allowed:
+                raise CaseError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+            chosen.append((name, value))
+    return tuple(chosen)
 
 
 def parse_allocator_case(data: Mapping[str, object]) -> AllocatorCase:

@@ -11,11 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.backends import (
+    sglang_aiter_page_table,
     sglang_ascend_block_tables,
     sglang_cuda_allocator,
     sglang_dsa_page_table,
     sglang_fa3_page_table,
+    sglang_flashmla_page_table,
     sglang_npu_allocator,
+    sglang_trtllm_mha_page_table,
+    sglang_trtllm_mla_page_table,
+    sglang_xpu_page_table,
     vllm_ascend_block_table,
     vllm_indexer_block_table,
     vllm_v0_graph_block_tables,
@@ -24,7 +29,10 @@ from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
 from workbench.backends.gather import DecodeGather
 
-_MODULES = (sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table)
+_MODULES = (
+    sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
+    sglang_trtllm_mha_page_table, sglang_flashmla_page_table, sglang_trtllm_mla_page_table, sglang_aiter_page_table,
+)
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 

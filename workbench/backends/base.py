@@ -17,6 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 import numpy as np
@@ -104,7 +105,10 @@ class TableBackend(ABC):
     pad_seq_len: int  # the seq_len a padded graph row replays with (it never raises max(seq_lens))
     rules: Mapping[str, SizingRule]
     modes: tuple[Mode, ...] = tuple(Mode)
-    case_fields: frozenset[str] = frozenset()  # optional case fields it takes: "replay", "hybrid_swa"
+    case_fields: frozenset[str] = frozenset()  # optional case fields it takes: "replay", "hybrid_swa", "path"
+    # The string-valued fields among ``case_fields`` that ``TableCase.options`` carries: name ->
+    # allowed values, the default first (TRT-LLM MHA: "path" -> graph, eager, ragged-verify).
+    case_options: Mapping[str, tuple[str, ...]] = MappingProxyType({})
     replays: tuple[str, ...] = ("dynamic",)  # replay variants a sweep tries
     on_overflow: str  # one line: what a step that asks for more than a row holds comes to
     seeds: tuple[Seed, ...] = ()
@@ -170,6 +174,10 @@ class TableBackend(ABC):
     def case_problem(self, case: TableCase) -> str | None:
         """Backend-specific reasons a case is not a state the engine can replay (beyond the mode)."""
         return None
+
+    def option(self, case: TableCase, name: str) -> str:
+        """The case's value of the backend's string field ``name``, or its default."""
+        return case.option(name, self.case_options[name][0])
 
     def probe_rows(self, case: TableCase, width: int) -> int:
         """Rows a probe allocates: whether a copy fails depends on widths only, so one per request."""

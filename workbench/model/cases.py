@@ -38,6 +38,12 @@ class TableCase:
     replay: Replay = Replay.DYNAMIC  # backends with a static replay only
     hybrid_swa: bool = False  # backends with a sliding-window table only
     accept_len: int = 1  # draft-extend: accepted tokens per request
+    # String fields a backend declares in ``TableBackend.case_options`` (TRT-LLM MHA's "path"),
+    # as sorted (name, value) pairs so the case stays hashable; absent ones take the default.
+    options: tuple[tuple[str, str], ...] = ()
+
+    def option(self, name: str, default: str) -> str:
+        return dict(self.options).get(name, default)
 
 
 @dataclass(frozen=True, kw_only=True)
