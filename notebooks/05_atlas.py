@@ -58,7 +58,7 @@ confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 import pandas as pd
 import plotly.io as pio
 
-from workbench.analysis.atlas import confirm_reachable, run_atlas, summarize
+from workbench.analysis.atlas import case_backend_rows, confirm_reachable, run_atlas, summarize
 from workbench.present.atlas_figure import atlas_figure
 from workbench.present.report import save_figure
 
@@ -66,6 +66,8 @@ pio.renderers.default = "plotly_mimetype+notebook"
 pd.set_option("display.width", 200)
 
 frame = run_atlas(list(engines) or None, overshoot=overshoot, device=device, presets=chosen)
+if not engines:  # vLLM's buffers, at the public crash reports' deployments
+    frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
 summary = summarize(frame)
 if confirm_runs:
     summary = confirm_reachable(summary)
@@ -101,6 +103,12 @@ summary[columns]
 #   describes (QwQ NGRAM verify at 32881: 257 against 258 pages), but over a hundred tokens beyond
 #   what a run reaches.
 # - **The DSA page table of 0.5.23 (`W` wide, static replay) is safe** at every committed length.
+# - **Every SGLang table sized by the context alone fails the same way**: XPU writes the extra page
+#   into the next request's row (a **silent overwrite**), TRT-LLM MHA/MLA and AITER read past it.
+# - **vLLM's crash reports are rows too**: 46074 (the DSA indexer's unaligned buffer at
+#   `max_model_len` 350000) fails on 0.23.0 and not on 0.33.0; 5563 (V0's graph block tables at
+#   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are confirmed
+#   by the probe of the deployment's step; the serving-run model covers SGLang's scheduler only.
 
 # %%
 def worst(backend: str, engine: str = "sglang==0.5.23") -> pd.DataFrame:
@@ -116,3 +124,7 @@ if confirm_runs:
 npu = worst("npu-block-table")
 assert set(npu.status) == {"unreachable"} and (npu.margin > 100).all(), npu
 assert set(worst("dsa-page-table").status) == {"safe"}
+if not engines:
+    assert set(worst("vllm-indexer-block-table", "vllm==0.23.0").status) == {"reachable"}
+    assert set(worst("vllm-indexer-block-table", "vllm==0.33.0").status) == {"safe"}
+    assert set(worst("vllm-v0-graph-block-tables", "vllm==0.6.0").first_failing_seq_len) == {8186}

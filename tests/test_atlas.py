@@ -84,3 +84,19 @@ def test_the_command_prints_summary_rows_as_json() -> None:
     bad = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.0.0"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "engine: 'sglang==0.0.0' is not a modelled version" in bad.stderr
+
+
+def test_the_vllm_crash_reports_are_rows_of_the_atlas() -> None:
+    from workbench.analysis.atlas import case_backend_rows
+
+    rows = case_backend_rows()
+    indexer = rows[rows.backend == "vllm-indexer-block-table"].set_index(["engine", "reachable_len"])
+    # vLLM 46074: 350000 fails on 0.23.0 (5469 against 5470 blocks) and not on 0.33.0; 300000 runs
+    assert indexer.loc[("vllm==0.23.0", 350000)].status == "reachable"
+    assert "(5469) must match the existing size (5470)" in indexer.loc[("vllm==0.23.0", 350000)].error
+    assert indexer.loc[("vllm==0.33.0", 350000)].status == "safe"
+    assert indexer.loc[("vllm==0.23.0", 300000)].status == "safe"
+    v0 = rows[rows.backend == "vllm-v0-graph-block-tables"]
+    # vLLM 5563 / 8145: a graph row of 512 blocks, 7 lookahead slots: 8186 is the first seq_len past it
+    assert set(v0[v0.engine == "vllm==0.6.0"].first_failing_seq_len) == {8186}
+    assert set(v0[v0.engine == "vllm==0.6.2"].status) == {"safe"}

@@ -176,12 +176,12 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.analysis.atlas import confirm_reachable, format_summary, run_atlas, summarize
+    from workbench.analysis.atlas import confirm_reachable, format_summary, full_atlas, summarize
 
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
     engines = _str_list(args.engine) if args.engine else None
-    frame = run_atlas(engines, overshoot=args.overshoot, device=device)
+    frame = full_atlas(engines, overshoot=args.overshoot, device=device)
     summary = summarize(frame)
     if not args.no_runs:
         summary = confirm_reachable(summary)

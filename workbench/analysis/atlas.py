@@ -143,6 +143,14 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
     }
 
 
+def full_atlas(engines: Sequence[str] | None = None, **kwargs: object) -> pd.DataFrame:
+    """``run_atlas``'s rows and, unless engines are chosen, the case backends' seed deployments."""
+    frame = run_atlas(engines, **kwargs)  # type: ignore[arg-type]
+    if engines:
+        return frame
+    return pd.concat([frame, case_backend_rows(str(kwargs.get("device", "cpu")))], ignore_index=True)
+
+
 def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_OVERSHOOT, device: str = "cpu",
               executor: Executor | None = None, presets: Sequence[ModelPreset] | None = None) -> pd.DataFrame:
     """One row per backend, version, setting and mode (see the module note)."""
@@ -159,6 +167,42 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_
         parts[index] = rows
     frame = pd.DataFrame([row for i in sorted(parts) for row in parts[i]])
     return frame.astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+
+
+def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
+    """The backends that bring their own case (vLLM's), at their seed deployments: the public
+    crash reports' launch settings, failing and passing, each at its own engine version.
+
+    A case whose scan field is a request's length (V0's ``seq_lens``) is searched over every
+    length its graph replays: the first failing one is reachable when it lies in that range. A
+    case whose scan field is a launch setting (the indexer's ``max_model_len``) is that deployment
+    alone: its own probe says whether every such step fails. Margins are in the scan field's units.
+    """
+    rows = []
+    for backend in backends.CASE_BACKENDS:
+        for seed in backend.seeds:
+            for data in (seed.failing, *seed.passing):
+                case = backend.parse(data)
+                own = backend.probe(case, device)
+                low, high = backend.scan_range(case)
+                if backend.scan_is_request_length:
+                    found = backend.boundary(case, device)
+                    first, failing, reachable = found.first_failing, found.failing, high
+                else:
+                    value = int(getattr(case, backend.scan_field))
+                    first, failing, reachable = (value, own, value) if own.outcome.failed else (None, None, value)
+                margin = None if first is None else first - reachable - 1
+                status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
+                rows.append({
+                    "engine": str(data.get("engine") or backend.engine), "backend": backend.name,
+                    "mode": backend.atlas_mode,
+                    "rule": seed.name, "scan_field": backend.scan_field, "first_failing_seq_len": first,
+                    "reachable_len": reachable, "margin": margin, "status": status,
+                    "outcome": failing.outcome.value if failing is not None else "ok",
+                    "error": failing.error if failing is not None else None,
+                    "preset": seed.story, "recipe": "", "context_len": None, "page_size": None,
+                })
+    return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -216,8 +260,9 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
 
 
 def confirm_reachable(summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` with each reachable failure's serving run beside it (``run_confirmed``)."""
-    results = [confirm_by_run(row) if row.status == "reachable" else
+    """``summary`` with each reachable failure's serving run beside it (``run_confirmed``); rows of
+    backends that bring their own case have no serving-run model (None: their probe alone)."""
+    results = [confirm_by_run(row) if row.status == "reachable" and backends.is_table_backend(str(row.backend)) else
                {"run_committed_len": None, "run_outcome": None, "run_confirmed": None} for _, row in summary.iterrows()]
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
 

@@ -83,6 +83,11 @@ class CaseBackend(ABC, Generic[C]):
     scan_field: str  # the case field a boundary varies
     seeds: tuple[CaseSeed, ...] = ()
     boundary_rejects: tuple[str, ...] = ()  # fields a boundary case may not hold (the search sets them)
+    # Whether ``scan_field`` is a request's length (a longer request of the same deployment gets
+    # there: a failure anywhere in ``scan_range`` is reachable) or a launch setting (another
+    # deployment: only the case's own probe speaks for it). The atlas reads this.
+    scan_is_request_length: bool = True
+    atlas_mode: str = "decode"  # the graph mode its seed deployments replay
 
     @property
     def scan_label(self) -> str:

@@ -98,6 +98,7 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
     fields = frozenset({"component", "max_model_len", "block_size", "dcp", "num_speculative_tokens", "draft_step",
                         "seq_lens", "drafter"})
     scan_field = "seq_lens"
+    atlas_mode = "draft-decode"  # the drafter's step reads one block past the row (9098)
     scan_label = "seq_len"  # the search runs one request
     seeds = (SEED_9098,)
     boundary_rejects = ("seq_lens",)

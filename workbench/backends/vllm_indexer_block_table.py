@@ -216,6 +216,7 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
     fields = frozenset({"component", "engine", "max_model_len", "table_max_model_len", "block_size", "rows", "dcp",
                         "indexer_path"})
     scan_field = "max_model_len"
+    scan_is_request_length = False  # another max_model_len is another deployment
     seeds = (SEED_46074,)
     boundary_rejects = ("table_max_model_len",)
 
