@@ -127,9 +127,11 @@ def table_row(backend: TableBackend, deployment: Deployment, mode: Mode, step_id
 
 def allocator_rows(deployment: Deployment, device: str) -> list[Row]:
     """``alloc_decode`` at an exactly full pool, for a batch whose last row opens no page (the
-    seed's shape: a gather that indexes every row reads one past the list)."""
+    seed's shape: a gather that indexes every row reads one past the list). None where the
+    version takes an allocator without pages at this page size."""
     gathers = backends.device_gathers(deployment.version.family, deployment.device_family)
-    if not gathers:
+    paged = deployment.version.defaults.get("paged_allocator_min_page_size")
+    if not gathers or (paged is not None and deployment.geometry.page_size < int(str(paged.value))):
         return []
     named = deployment.version.backend_fields("allocator").get("gather")
     gather = next((g for g in gathers if g.name == named), gathers[0] if len(gathers) == 1 else None)
