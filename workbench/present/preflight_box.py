@@ -25,7 +25,7 @@ def check_text(command: str, engine: str = "") -> tuple[int, str]:
 
 def preflight_box(command: str, engine: str = "") -> Any:
     """The text box and its output, drawn once and redrawn on every change."""
-    import ipywidgets as w
+    import ipywidgets as w  # type: ignore[import-untyped]
 
     text = w.Textarea(value=command, description="command", layout=w.Layout(width="100%", height="90px"))
     version = w.Text(value=engine, description="engine", placeholder="newest modelled (e.g. sglang==0.5.23)")
