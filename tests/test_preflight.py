@@ -210,3 +210,32 @@ def test_one_check_takes_under_a_second_after_import() -> None:
     start = time.perf_counter()
     check(QWQ, engine=PRE_ASCEND)
     assert time.perf_counter() - start < 1.0
+
+
+# ---- the notebook's box ---------------------------------------------------------------------------
+
+
+def test_the_preflight_box_redraws_on_change() -> None:
+    from workbench.present.preflight_box import check_text, preflight_box
+
+    assert check_text(QWQ, PRE_ASCEND)[0] == 1
+    status, line = check_text(QWQ + " --page-size 0")
+    assert status == 2 and line.startswith("error: --page-size: 0 is out of range")
+    box = preflight_box(QWQ, PRE_ASCEND)
+    text, version, out = box.children
+    assert "exit status 1" in out.outputs[0]["text"] and "32753" in out.outputs[0]["text"]
+    version.value = "sglang==0.5.23"
+    assert "exit status 0" in out.outputs[-1]["text"] and "+112" in out.outputs[-1]["text"]
+    text.value = "vllm serve"
+    assert "exit status 2" in out.outputs[-1]["text"]
+
+
+def test_notebook_06_pair_agrees() -> None:
+    jupytext = pytest.importorskip("jupytext")
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent / "notebooks"
+    paired = jupytext.read(root / "06_preflight.py")
+    committed = nbformat.read(str(root / "06_preflight.ipynb"), as_version=4)
+    assert [c.source for c in paired.cells] == [c.source for c in committed.cells]
+    assert committed.metadata["workbench"]["test_parameters"] == paired.metadata["workbench"]["test_parameters"]

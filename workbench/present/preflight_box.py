@@ -33,9 +33,8 @@ def preflight_box(command: str, engine: str = "") -> Any:
 
     def redraw(_: object = None) -> None:
         status, shown = check_text(text.value, version.value)
-        out.clear_output(wait=True)
-        with out:
-            print(f"exit status {status}\n{shown}")
+        # Replace the output's stream directly: it redraws in a kernel and is readable without one
+        out.outputs = ({"output_type": "stream", "name": "stdout", "text": f"exit status {status}\n{shown}\n"},)
 
     text.observe(redraw, names="value")
     version.observe(redraw, names="value")
