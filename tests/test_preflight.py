@@ -239,3 +239,28 @@ def test_notebook_06_pair_agrees() -> None:
     committed = nbformat.read(str(root / "06_preflight.ipynb"), as_version=4)
     assert [c.source for c in paired.cells] == [c.source for c in committed.cells]
     assert committed.metadata["workbench"]["test_parameters"] == paired.metadata["workbench"]["test_parameters"]
+
+
+def test_a_vllm_backend_plugs_in_without_edits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in vLLM backend in the registry and a rule in the version data are all a vLLM row
+    needs: the registry query picks it by ``launch_names``, the rule comes from data/engines.json."""
+    from workbench import backends
+    from workbench.backends.sglang_fa3_page_table import Fa3PageTableBackend
+    from workbench.engines import launch
+    from workbench.engines.versions import EngineVersion
+
+    class StandIn(Fa3PageTableBackend):  # FA3's cdiv(ctx, ps) width: the indexer's unaligned 0.23.0 width
+        name = "vllm-stand-in-indexer"
+        engine = "vllm"
+        launch_names = ("dsa-indexer",)
+
+    stand_in = StandIn()
+    monkeypatch.setattr(backends, "TABLE_BACKENDS", (*backends.TABLE_BACKENDS, stand_in))
+    monkeypatch.setitem(backends._BY_NAME, stand_in.name, stand_in)
+    assert vllm_backends() == (stand_in,)
+    without_rule = check(VLLM_46074, engine="vllm==0.23.0")
+    assert without_rule.status == UNDECIDED and any("names no sizing rule" in n for n in without_rule.notes)
+    version = EngineVersion("vllm==0.23.0", "test", {stand_in.name: {"rule": "context"}}, {stand_in.name: {"rule": "x:1"}}, {})
+    monkeypatch.setattr(launch, "load_versions", lambda: {"vllm==0.23.0": version})
+    (row,) = check(VLLM_46074, engine="vllm==0.23.0").rows
+    assert (row.backend, row.width, row.reach, row.rule_source) == (stand_in.name, 5469, 349999, "x:1")

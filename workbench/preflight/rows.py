@@ -75,8 +75,13 @@ def _case(backend: TableBackend, deployment: Deployment, mode: Mode, step_id: in
     if not isinstance(rule, str) or rule not in backend.rules:
         return None
     replay = Replay.parse(str(fields["replay"])) if "replay" in backend.case_fields and "replay" in fields else Replay.DYNAMIC
-    return TableCase(component=backend.name, geometry=deployment.geometry, rule=rule, mode=mode, step_id=step_id,
+    case = TableCase(component=backend.name, geometry=deployment.geometry, rule=rule, mode=mode, step_id=step_id,
                      replay=replay)
+    # A case field a backend takes (its case_fields) that the launch resolved (Deployment.extra,
+    # e.g. a vLLM backend's "dcp_size") travels into its case, so a new backend needs no edit here.
+    known = {f.name for f in dataclasses.fields(TableCase)}
+    taken = {k: deployment.extra[k] for k in backend.case_fields if k in known and k in deployment.extra}
+    return dataclasses.replace(case, **taken) if taken else case  # type: ignore[arg-type]
 
 
 def _fix(backend: TableBackend, case: TableCase, where: Reach, failing_bytes: int, budget: int | None) -> Fix:
