@@ -264,3 +264,11 @@ def test_a_vllm_backend_plugs_in_without_edits(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(launch, "load_versions", lambda: {"vllm==0.23.0": version})
     (row,) = check(VLLM_46074, engine="vllm==0.23.0").rows
     assert (row.backend, row.width, row.reach, row.rule_source) == (stand_in.name, 5469, 349999, "x:1")
+
+
+def test_disabled_graphs_are_undecided_but_keep_the_allocator_row() -> None:
+    result = check(QWQ + " --disable-cuda-graph", engine="sglang==0.5.23+revert-npu-clamp")
+    assert [r.kind for r in result.rows] == ["allocator"] and result.status == FAILS  # the allocator runs eagerly too
+    result = check(QWQ + " --disable-cuda-graph", engine=PRE_ASCEND)
+    assert result.status == UNDECIDED and "graphs are disabled" in result.verdict
+    assert resolve(VLLM_46074 + " --enforce-eager", engine="vllm==0.23.0").graphs is False

@@ -126,3 +126,8 @@ def test_a_config_json_gives_the_context_length(tmp_path: Path, capsys: pytest.C
     data = json.loads(out)
     context = next(s for s in data["settings"] if s["name"] == "context_length")
     assert status == 0 and context["value"] == 131072 and context["origin"] == "model"
+
+
+def test_a_check_option_after_the_separator_says_where_it_belongs(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _check(["--", *SG.split(), "--engine", "sglang==0.5.23"], capsys)
+    assert status == 2 and "--engine: is an option of workbench check" in err and "before --" in err

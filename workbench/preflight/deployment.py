@@ -179,6 +179,13 @@ def unknown_model(model_path: str, flag: str, data: LaunchData, needs: str) -> P
                           f"give --model-config CONFIG.json{needs}")
 
 
+def context_source(model: ModelInfo, preset: ModelPreset | None) -> str:
+    """Where a context length the command does not give comes from: a config.json, or the preset."""
+    if model.context_len is not None:
+        return model.source
+    return f"preset {preset.name} (data/presets.json)" if preset else "no preset"
+
+
 def check_geometry(**fields: object) -> ServingGeometry:
     try:
         return ServingGeometry(**fields)  # type: ignore[arg-type]

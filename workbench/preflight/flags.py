@@ -166,6 +166,10 @@ VLLM_SPECULATIVE_KEYS = (
 )
 
 
+# workbench check's own options: written after "--" they are a misplaced option, not an engine flag
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--allow-unknown", "--overshoot", "--gpu", "--cmd", "--from-file")
+
+
 @dataclass(frozen=True)
 class FlagTable:
     engine: str  # "sglang" or "vllm"
@@ -235,6 +239,9 @@ def parse_flags(table: FlagTable, tokens: Sequence[str], *, allow_unknown: bool)
         if name in table.ignored_bool:
             ignored.append(name)
             continue
+        if name in CHECK_OPTIONS:
+            raise PreflightError(f"{name}: is an option of workbench check, not of {table.engine}: put it before -- "
+                                 "(workbench check [options] -- LAUNCH COMMAND)")
         if not allow_unknown:
             raise PreflightError(f"{name}: unknown {table.engine} flag (nearest: {nearest(name, table.known())}; "
                                  "--allow-unknown skips it)")

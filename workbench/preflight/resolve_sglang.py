@@ -21,6 +21,7 @@ from workbench.preflight.deployment import (
     Deployment,
     Settings,
     check_geometry,
+    context_source,
     launch_data,
     resolve_model,
     unknown_model,
@@ -190,7 +191,7 @@ def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: 
     if "context_length" not in values and context is None:
         raise PreflightError(f"--context-length: missing ({model_path!r} has no preset context length; "
                              "give --context-length or --model-config)")
-    context_len = int(str(s.given_or("context_length", cmd, "context_length", context, model.source or "the preset", MODEL)))
+    context_len = int(str(s.given_or("context_length", cmd, "context_length", context, context_source(model, preset), MODEL)))
     max_bs = int(str(s.given_or("cuda_graph_max_bs", cmd, "cuda_graph_max_bs", preset.max_bs if preset else 32,
                                 f"the preset's max_bs ({_src(version, 'cuda_graph_max_bs')} picks it by device memory)",
                                 WORKBENCH)))

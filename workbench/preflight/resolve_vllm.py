@@ -32,6 +32,7 @@ from workbench.preflight.deployment import (
     Deployment,
     Settings,
     check_geometry,
+    context_source,
     launch_data,
     resolve_model,
     unknown_model,
@@ -111,7 +112,7 @@ def resolve_vllm(cmd: LaunchCommand, version: LaunchVersion, *, model_config: st
     context = model.context_len or (preset.context_len if preset else None)
     if "max_model_len" not in values and context is None:
         raise PreflightError(f"--max-model-len: missing ({model_path!r} has no preset context length)")
-    max_model_len = int(str(s.given_or("max_model_len", cmd, "max_model_len", context, model.source or "the preset", MODEL)))
+    max_model_len = int(str(s.given_or("max_model_len", cmd, "max_model_len", context, context_source(model, preset), MODEL)))
     block = version.default("block_size")
     block_size = int(str(s.given_or("block_size", cmd, "block_size", block.value, block.source)))
     method, k, lookahead = _speculative(values.get("speculative_config"), version, model.num_nextn_predict_layers, s)
