@@ -272,3 +272,22 @@ def test_disabled_graphs_are_undecided_but_keep_the_allocator_row() -> None:
     result = check(QWQ + " --disable-cuda-graph", engine=PRE_ASCEND)
     assert result.status == UNDECIDED and "graphs are disabled" in result.verdict
     assert resolve(VLLM_46074 + " --enforce-eager", engine="vllm==0.23.0").graphs is False
+
+
+def test_every_launch_default_names_where_it_was_read() -> None:
+    import re
+
+    from workbench.analysis.memory import load_presets
+    from workbench.engines.launch import load_launch_data
+
+    data = load_launch_data()
+    read = re.compile(r"(sglang|vllm)/[\w/]+\.py:\d+")
+    for version in data.versions.values():
+        entries = [*version.defaults.items(), *version.reach.items(),
+                   *((f"{c}.{k}", v) for c, fields in version.backends.items() for k, v in fields.items())]
+        for name, entry in entries:
+            assert read.search(entry.source) or entry.source.startswith("workbench"), (version.engine, name, entry.source)
+        assert version.pseudo is None or version.base is not None  # a pseudo-version names its release
+    presets = {p.name for p in load_presets()}
+    assert all(m.preset in presets for m in data.models)
+    assert set(data.newest.values()) <= set(data.versions)

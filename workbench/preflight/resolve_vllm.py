@@ -86,8 +86,8 @@ def _speculative(config: object, version: LaunchVersion, mtp_layers: int, s: Set
     s.add("speculative_method", method, GIVEN, flag)
     rules = version.default("lookahead").value
     assert isinstance(rules, dict)
-    kind = "dflash" if method == "dflash" else "eagle" if method in ("eagle", "eagle3") or "mtp" in str(method) else (
-        "draft_model" if method == "draft_model" else "other")
+    # eagle, eagle3 and every MTP model type are EAGLE-style drafters (use_eagle, config/speculative.py)
+    kind = str(method) if method in rules else "eagle" if method in ("eagle", "eagle3") or "mtp" in str(method) else "other"
     k_int = int(str(k))
     lookahead = {"k": k_int, "k + 1": k_int + 1}.get(str(rules.get(kind, 0)), 0)
     s.add("lookahead", lookahead, DEFAULT, f"{rules.get(kind, 0)} for {method}: {version.default('lookahead').source}")
