@@ -195,6 +195,11 @@ def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: 
     max_bs = int(str(s.given_or("cuda_graph_max_bs", cmd, "cuda_graph_max_bs", preset.max_bs if preset else 32,
                                 f"the preset's max_bs ({_src(version, 'cuda_graph_max_bs')} picks it by device memory)",
                                 WORKBENCH)))
+    spelled = cmd.flags.spelled.get("cuda_graph_max_bs")
+    named = version.defaults.get("cuda_graph_max_bs_flag")
+    if spelled is not None and named is not None and spelled != named.value:
+        s.notes.append(f"{spelled}: {version.engine} names it {named.value} ({named.source}; its argparse takes "
+                       f"{spelled} as an ambiguous abbreviation of the -decode and -prefill flags); read as {named.value}")
     s.given_or("schedule_conservativeness", cmd, "schedule_conservativeness", _value(version, "schedule_conservativeness"),
                _src(version, "schedule_conservativeness"))
     width_gen = str(version.backend_fields("*").get("width_gen", "g1"))
