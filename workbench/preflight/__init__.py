@@ -69,8 +69,9 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     if not deployment.graphs:
         return UNDECIDED, "UNDECIDED: graphs are disabled: the eager path's tables are not modelled"
     if missing:
+        shown = "; the rows shown do not fail" if rows else ""
         return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.version.engine} sets up for "
-                           f"{', '.join(missing)}; the rows shown do not fail")
+                           f"{', '.join(missing)}{shown}")
     if not any(r.kind == "table" for r in rows):
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
     margins = [(r.margin, r) for r in rows if r.margin is not None]
