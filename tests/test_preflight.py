@@ -291,3 +291,14 @@ def test_every_launch_default_names_where_it_was_read() -> None:
     presets = {p.name for p in load_presets()}
     assert all(m.preset in presets for m in data.models)
     assert set(data.newest.values()) <= set(data.versions)
+
+
+@pytest.mark.parametrize("config, k, lookahead", [
+    ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', 4, 0),  # engines.md 4: 0 for ngram
+    ('{"method": "eagle3", "num_speculative_tokens": 3, "model": "x/y"}', 3, 3),  # k for EAGLE
+    ('{"method": "dflash", "num_speculative_tokens": 8, "model": "x/y"}', 8, 9),  # k + 1 for DFlash
+])
+def test_vllm_lookahead_by_method(config: str, k: int, lookahead: int) -> None:
+    d = resolve(f"vllm serve zai-org/GLM-5.2-FP8 --max-model-len 4096 -sc '{config}'", engine="vllm==0.33.0")
+    assert (d.geometry.draft_tokens, d.extra["lookahead"]) == (k, lookahead)
+    assert d.geometry.context_len == 4096 and d.modes[0][0].value == "target-verify"
