@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_flags(simulate)
     sweep = sub.add_parser("sweep", help="boundaries of every configuration of a grid, as a table (parquet/csv)")
     _add_sweep_flags(sweep)
-    check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?")
+    check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
+                           epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
+                                  "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
