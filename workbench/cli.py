@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
     conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
     conf.add_argument("--triton", action="store_true", help="fetch triton (large) to run the Triton kernels interpreted")
+    check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
+                           epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
+                                  "(a buffer no backend here models, or graphs disabled)")
+    _add_check_flags(check)
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -136,6 +140,43 @@ def _add_sweep_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default="data/cache", help="checkpoints and cached results (default data/cache)")
     parser.add_argument("--no-cache", action="store_true", help="compute everything, write no cache")
     parser.add_argument("--out", help="write the frame to this .parquet or .csv file")
+
+
+def _add_check_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("launch", nargs=argparse.REMAINDER, help="the launch command, after --")
+    parser.add_argument("--cmd", help="the launch command as one string")
+    parser.add_argument("--from-file", dest="from_file", metavar="FILE", help="a file holding the launch command")
+    parser.add_argument("--engine", help="the engine version, NAME==VERSION (default: the newest modelled)")
+    parser.add_argument("--model-config", dest="model_config", metavar="CONFIG.json",
+                        help="the model's config.json (context length, architecture, DSA); nothing is downloaded")
+    parser.add_argument("--allow-unknown", dest="allow_unknown", action="store_true", help="skip unknown engine flags")
+    parser.add_argument("--overshoot", type=int,
+                        help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
+    parser.add_argument("--gpu", default="hopper", help="the GPU an engine picks defaults for (default hopper)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
+    from workbench.preflight import check
+    from workbench.preflight.format import format_json, format_text
+
+    launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
+    sources = [bool(launch), args.cmd is not None, args.from_file is not None]
+    if sum(sources) != 1:
+        raise BadInput("check: give the launch command once: after --, with --cmd, or with --from-file")
+    command: str | list[str] = launch
+    if args.cmd is not None:
+        command = args.cmd
+    elif args.from_file is not None:
+        try:
+            with open(args.from_file, encoding="utf-8") as stream:
+                command = stream.read()
+        except OSError as err:
+            raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
+    result = check(command, engine=args.engine, model_config=args.model_config, allow_unknown=args.allow_unknown,
+                   overshoot=args.overshoot, gpu=args.gpu, device=device)
+    out.write((format_json(result) if args.json else format_text(result)) + "\n")
+    return result.status
 
 
 def _str_list(text: str) -> list[str]:
@@ -324,7 +365,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
             print(f"workbench: {selection.summary}", file=sys.stderr)
         device = str(selection.device)
         with one_torch_thread():  # probes move a row at a time: threads only add hand-off cost
-            _dispatch(args, device, out)
+            status = _dispatch(args, device, out)
     except (BadInput, ValueError) as err:
         print(f"workbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -334,10 +375,13 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130
-    return 0
+    return status
 
 
-def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:
+    """Run the command; its exit status (0 unless the command says otherwise)."""
+    if args.command == "check":
+        return _check(args, device, out)
     if args.command == "bench":
         _bench(args, out)
     elif args.command == "atlas":
@@ -359,6 +403,7 @@ def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> None:
         _run_cases(args.cases, run, device, out)
     else:
         _run_single(args, device, out)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

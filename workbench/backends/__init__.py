@@ -8,6 +8,7 @@ gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backen
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from workbench.backends import (
@@ -118,6 +119,23 @@ def check_rule_name(rule: str) -> str:
     return rule
 
 
+def engine_backends(engine: str) -> tuple[TableBackend, ...]:
+    """The table backends of one engine ("sglang", "vllm"), in registry order."""
+    return tuple(b for b in TABLE_BACKENDS if b.engine == engine)
+
+
+def launched_backends(engine: str, launch_names: Iterable[str], device_family: str) -> tuple[TableBackend, ...]:
+    """The tables a deployment sets up: the engine's backends on ``device_family`` whose
+    ``launch_names`` meet what the launch resolved to (its attention backend, its features)."""
+    names = set(launch_names)
+    return tuple(b for b in engine_backends(engine) if b.device_family == device_family and names & set(b.launch_names))
+
+
+def device_gathers(engine: str, device_family: str) -> tuple[DecodeGather, ...]:
+    """The ``alloc_decode`` gathers one engine ships for ``device_family``."""
+    return tuple(g for g in GATHERS.values() if g.engine == engine and g.device_family == device_family)
+
+
 def seeds() -> tuple[Seed, ...]:
     return tuple(seed for b in TABLE_BACKENDS for seed in b.seeds)
 
@@ -131,6 +149,6 @@ __all__ = [
     "CASE_BACKENDS", "CASE_COMPONENTS", "BackendCase", "CaseBackend", "CaseSeed", "case_backend_of", "case_seeds",
     "is_case_backend",
     "DEFAULT_COMPONENTS", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "TABLE_BACKENDS", "TABLE_COMPONENTS", "DecodeGather", "Seed",
-    "SizingRule", "TableBackend", "all_names", "allocator_seeds", "backend_of", "check_rule", "check_rule_name", "gather_of",
-    "is_table_backend", "seeds", "table_backends",
+    "SizingRule", "TableBackend", "all_names", "allocator_seeds", "backend_of", "check_rule", "check_rule_name", "device_gathers",
+    "engine_backends", "gather_of", "is_table_backend", "launched_backends", "seeds", "table_backends",
 ]

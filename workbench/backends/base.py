@@ -99,6 +99,10 @@ class TableBackend(ABC):
     aliases: tuple[str, ...] = ()  # older names still accepted ("npu-block-table")
     engine: str  # "sglang"
     device_family: str  # "ascend-npu", "cuda"
+    # What in a launch command sets this table up: the engine's attention-backend values (SGLang's
+    # ``--attention-backend``), or a feature name the engine's resolution names (vLLM: "dsa-indexer").
+    # ``workbench check`` asks the registry for the backends whose names a deployment resolves to.
+    launch_names: tuple[str, ...] = ()
     buffer_name: str  # the engine's attribute: "block_tables", "page_table"
     unit: str  # "pages" or "tokens"
     short: str  # a column prefix in simulation frames: "npu", "dsa"

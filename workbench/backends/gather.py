@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the allocator calls its gathers; a gather only needs its fr
 class DecodeGather(ABC):
     name: str  # the Gather value: "npu-legacy"
     engine: str  # "sglang"
+    # the devices whose allocator ships it, as TableBackend's: "ascend-npu", "cuda"; "" claims no device
+    device_family: str = ""
     change: str  # the engine change it stands for
     quirk: str  # one line: what it does at an exactly full or a short pool
     fixed_by: str | None = None  # the gather that fixed this one, where one did

@@ -224,6 +224,7 @@ class AscendBlockTables(TableBackend):
     aliases = ("npu-block-table",)
     engine = "sglang"
     device_family = "ascend-npu"
+    launch_names = ("ascend",)  # --attention-backend ascend; --device npu forces it
     buffer_name = "block_tables"
     unit = "pages"
     pad_seq_len = SEQ_FILL

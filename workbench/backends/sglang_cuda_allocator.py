@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 class CudaMaskedGather(DecodeGather):
     name = "cuda-masked"
     engine = "sglang"
+    device_family = "cuda"
     change = "the CUDA allocator's Triton kernel, capacity checked after it (before 0.5.23)"
     quirk = "only page-opening rows read; a short pool is read past before None is returned"
 

@@ -189,6 +189,7 @@ class DsaPageTableBackend(TableBackend):
     aliases = ("dsa-page-table",)
     engine = "sglang"
     device_family = "cuda"
+    launch_names = ("dsa", "nsa")  # "nsa" is the deprecated alias (srt/arg_groups/choices.py:74-75)
     buffer_name = "page_table"
     unit = "tokens"
     pad_seq_len = SEQ_FILL

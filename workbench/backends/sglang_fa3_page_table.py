@@ -113,6 +113,7 @@ class Fa3PageTableBackend(TableBackend):
     name = "sglang-fa3-page-table"
     engine = "sglang"
     device_family = "cuda"
+    launch_names = ("fa3",)
     buffer_name = "page_table"
     unit = "pages"
     page_sizes = (1, 64)  # FA3 runs at the engine default 1, or a --page-size such as 64

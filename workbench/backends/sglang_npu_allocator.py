@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 class _NpuGather(DecodeGather):
     engine = "sglang"
+    device_family = "ascend-npu"
     clamp: bool
 
     def decode(self, alloc: PagedAllocator, need: torch.Tensor, start: torch.Tensor, last: torch.Tensor,

@@ -1,0 +1,148 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+#   workbench:
+#     test_parameters:
+#       engine: sglang==0.5.23+revert-ascend-width
+# ---
+
+# %% [markdown]
+# # 06 · Preflight: paste a launch command, learn whether it can crash at its context limit
+#
+# What this answers: **given the command a deployment is started with, can a real run reach a
+# failing step of one of its graph buffers or allocator paths, and by how much does it stay clear
+# otherwise?** The same library call as `workbench check -- <command>`: the engine's flags are
+# parsed, what the command leaves out is resolved as the engine version would (each default with
+# its file and line in `data/launch_defaults.json`), every buffer the deployment sets up is sized
+# by the version's rule (`data/engines.json`) and its first failing committed length found and
+# executed; `workbench.analysis.reach` says how far a run gets (SGLang: `ctx - 1` plus an
+# overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
+#
+# Exit statuses as on the command line: 0 safe, 1 a failure a run reaches, 2 bad input, 3 not
+# decidable here (a buffer no backend on this branch models).
+
+# %% tags=["parameters"]
+device = "cpu"  # the report passes the resolved device; probes run there
+output_dir = "../reports"  # nothing is written: the notebook has no figure
+cache_dir = "../data/cache"  # unused; every notebook takes it
+
+# The command in the text box, and the engine version it is checked under ("" = the newest modelled)
+command = (
+    "python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
+    "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
+    "--speculative-num-draft-tokens 16 --cuda-graph-max-bs 16"
+)
+engine = ""
+
+# %%
+from workbench.engines.launch import load_launch_data
+from workbench.present import notebook_params as check
+
+device = check.check_device(device)
+output_dir = check.check_output_dir(output_dir)
+if not isinstance(command, str) or not command.strip():
+    raise check.ParameterError(f"command: {command!r} is not a launch command (paste the engine's command line)")
+versions = list(load_launch_data().versions)
+if engine:
+    check.check_choices("engine", [engine], versions)
+
+# %% [markdown]
+# ## The text box
+#
+# Edit the command (or the engine version) and the rows and the verdict are redrawn. Below it,
+# the same check printed once, so an executed copy of the notebook shows it without a kernel.
+
+# %%
+from workbench.present.preflight_box import check_text, preflight_box
+
+status, text = check_text(command, engine)
+print(f"exit status {status}\n{text}")
+preflight_box(command, engine)
+
+# %% [markdown]
+# ## Worked deployments, before and after the fixes
+#
+# The three seeds as the commands that were run. "Before" is a version with the fix undone:
+# the `+revert-...` entries are *pseudo-versions* (0.5.23 with one line reverted, named in
+# `data/launch_defaults.json`) until the conformance tool confirms released versions; vLLM's
+# 0.23.0 and 0.33.0 are releases (engines.md section 5: the 46074 report, fixed by PR 50302).
+
+# %%
+import pandas as pd
+
+from workbench.preflight import check as run_check
+from workbench.preflight import vllm_backends
+
+QWQ = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
+       "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
+       "--speculative-num-draft-tokens 16 --cuda-graph-max-bs 16")
+GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --context-length 90000 --tp-size 8 "
+       "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
+       "--speculative-num-draft-tokens 6 --cuda-graph-max-bs 16")
+VLLM = ("vllm serve zai-org/GLM-5.2-FP8 --max-model-len 350000 --block-size 64 "
+        "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
+WORKED = {  # deployment: (command, version before the fix, version after it)
+    "QwQ-32B NGRAM on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
+    "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
+    "vLLM GLM-5.2 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
+}
+
+results = {}
+rows = []
+for name, (cmd, before, after) in WORKED.items():
+    for when, version in (("before", before), ("after", after)):
+        result = run_check(cmd, engine=version, device=device)
+        results[name, when] = result
+        worst = min((r for r in result.rows if r.kind == "table"), default=None,
+                    key=lambda r: r.margin if r.margin is not None else 1 << 30)
+        rows.append({
+            "deployment": name, "fix": when, "engine": version, "status": result.status,
+            "buffer": worst.buffer if worst else None, "mode": worst.mode if worst else None,
+            "first_failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
+            "margin": worst.margin if worst else None, "outcome": worst.outcome if worst else None,
+            "verdict": result.verdict,
+        })
+worked = pd.DataFrame(rows)
+worked
+
+# %% [markdown]
+# ## Assertions (this notebook is also a regression test)
+#
+# Expected numbers are the spec's and engines.md's worked cases: the QwQ verify at 32753 before
+# the first fix (`256` against `257` pages), 112 tokens of margin under 0.5.23 (first failure at
+# 32881, a run reaches 32769); the GLM verify at 90001 before the second fix. The vLLM rows come
+# from the vLLM backends; on a branch without them the check says it cannot decide (status 3),
+# and its resolution of the 46074 command is asserted instead.
+
+# %%
+qwq_before, qwq_after = results["QwQ-32B NGRAM on Ascend", "before"], results["QwQ-32B NGRAM on Ascend", "after"]
+verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
+assert qwq_before.status == 1 and verify.first_failing == 32753 and verify.outcome == "shape-error"
+assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
+after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
+assert qwq_after.status == 0 and after_verify.margin == 112 and after_verify.first_failing == 32881
+
+glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
+glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
+assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_verify.reachable
+assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
+assert glm_after.status == 0
+
+vllm_before, vllm_after = results["vLLM GLM-5.2 at 350000 (46074)", "before"], results["vLLM GLM-5.2 at 350000 (46074)", "after"]
+g = vllm_before.deployment.geometry
+assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
+assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (engines.md 5)
+expected = (1, 0) if vllm_backends() else (3, 3)
+assert (vllm_before.status, vllm_after.status) == expected, (vllm_before.verdict, vllm_after.verdict)
+
+# The text box's command, checked under the parameter's engine version, agrees with the library call.
+assert status == run_check(command, engine=engine or None, device=device).status
+print("all preflight assertions hold")

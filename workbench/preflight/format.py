@@ -1,0 +1,86 @@
+"""A check's result as text (settings, rows, fixes, verdict) or as one JSON object."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from workbench.preflight import CheckResult
+from workbench.preflight.rows import Fix, Row
+
+_ORIGINS = {"given": "given", "default": "default", "forced": "forced", "model": "model", "workbench": "workbench"}
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _fix_line(fix: Fix, unit: str) -> str:
+    what = f"rule {fix.rule} [{fix.change}]" if fix.rule else "a table wider than every rule of the backend"
+    share = f", {fix.share_of_kv_budget * 100:.3g}% of the KV budget" if fix.share_of_kv_budget is not None else ""
+    if unit == "free pages":
+        return f"fix: gather {fix.rule} [{fix.change}]: no bytes"
+    return f"fix: {what}: {fix.width} {unit}, {_bytes(fix.bytes)} ({fix.extra_bytes:+d} bytes){share}"
+
+
+def _row_lines(row: Row) -> list[str]:
+    width = f"{row.width} {row.unit}" if row.width is not None else "-"
+    first = str(row.first_failing) if row.first_failing is not None else "none"
+    reach = str(row.reach) if row.reach is not None else "-"
+    margin = f"{row.margin:+d}" if row.margin is not None else "-"
+    mode = f"{row.mode} (step {row.step_id})" if row.mode == "draft-decode" else row.mode
+    head = (f"  {row.buffer:<13} {row.backend:<28} {mode:<22} {row.rule:<19} {width:>14} {first:>11} "
+            f"{row.outcome:<16} {reach:>8} {margin:>7}  {'REACHED' if row.reachable else ''}")
+    lines = [head.rstrip()]
+    if row.message:
+        lines.append(f"      {row.message}")
+    if row.fix:
+        lines.append(f"      {_fix_line(row.fix, row.unit)}")
+    return lines
+
+
+def format_text(result: CheckResult) -> str:
+    d = result.deployment
+    version = d.version
+    lines = [f"workbench check: {version.engine} ({d.command.program})"]
+    if version.pseudo:
+        lines.append(f"  {version.engine} is a pseudo-version: {version.pseudo}")
+    lines.append("resolved settings:")
+    for s in d.settings:
+        lines.append(f"  {s.name:<34} {str(s.value):<14} {_ORIGINS[s.origin]:<9} {s.source}")
+    if result.notes:
+        lines.append("notes:")
+        lines.extend(f"  {n}" for n in result.notes)
+    lines.append("rows:")
+    lines.append(f"  {'buffer':<13} {'backend':<28} {'mode':<22} {'rule / gather':<19} {'width':>14} {'first fail':>11} "
+                 f"{'outcome':<16} {'reach':>8} {'margin':>7}")
+    for row in result.rows:
+        lines.extend(_row_lines(row))
+    if not result.rows:
+        lines.append("  (none)")
+    lines.append(f"verdict: {result.verdict}")
+    return "\n".join(lines)
+
+
+def to_json(result: CheckResult) -> dict[str, object]:
+    d = result.deployment
+    return {
+        "engine": d.version.engine,
+        "pseudo_version": d.version.pseudo,
+        "command": d.command.text,
+        "settings": [s.to_dict() for s in d.settings],
+        "request_table_width": d.geometry.request_table_width,
+        "launch_names": list(d.launch_names),
+        "extra": dict(d.extra),
+        "rows": [asdict(r) for r in result.rows],
+        "notes": list(result.notes),
+        "status": result.status,
+        "verdict": result.verdict,
+    }
+
+
+def format_json(result: CheckResult) -> str:
+    return json.dumps(to_json(result))

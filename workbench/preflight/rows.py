@@ -1,0 +1,182 @@
+"""The check: one row per graph buffer and allocator path a deployment sets up, through the library.
+
+A table row is one backend (asked of the registry by what the launch resolved to) in one mode
+the deployment captures a graph for: its width under the version's rule, the first failing
+committed length (the closed form, confirmed by two executed probes: ``fast_boundary``), the
+outcome and torch's message there, the largest committed length a run reaches
+(``analysis.reach``) and the margin between them. A failing row a run reaches gets a fix: the
+narrowest of the backend's rules that a run cannot reach a failure of, with its bytes.
+
+An allocator row is ``alloc_decode`` on an exactly full free pool (the scheduler admits one:
+``available_size() >= needed``) with the gather the version ships for the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from workbench import backends
+from workbench.analysis.boundary import Boundary, BoundaryError, PredictionMismatch, fast_boundary, find_boundary, predict_boundary
+from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
+from workbench.analysis.memory import min_safe_width
+from workbench.analysis.reach import Reach, reach
+from workbench.backends.base import TableBackend
+from workbench.model.allocator import Gather
+from workbench.model.cases import Replay, TableCase
+from workbench.model.geometry import Mode
+from workbench.preflight.deployment import Deployment
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A safe sizing (a rule of the backend, or the narrowest safe width) and what it costs."""
+
+    rule: str | None  # None: no rule of the backend is safe; ``width`` is the narrowest safe one
+    width: int
+    bytes: int
+    extra_bytes: int  # over the failing table
+    share_of_kv_budget: float | None
+    change: str  # the engine change the rule stands for
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str  # "table" or "allocator"
+    backend: str  # the registry name, or the gather for an allocator row
+    buffer: str  # the engine's attribute: "block_tables", "page_table", "alloc_decode"
+    mode: str  # a table mode, or "exact-fit"
+    step_id: int
+    rule: str  # the sizing rule (tables) or gather (allocator) in force
+    rule_source: str  # where the version data read it
+    width: int | None
+    unit: str  # "pages", "tokens", "free pages"
+    first_failing: int | None  # committed length; for the allocator the free pages of the failing pool
+    outcome: str  # at the first failing length, or "ok"
+    message: str | None
+    reach: int | None  # the largest committed length a run reaches in this mode
+    margin: int | None
+    reachable: bool
+    bytes: int | None
+    fix: Fix | None = None
+    replay: str | None = None
+
+
+def _boundary(case: TableCase, device: str) -> Boundary:
+    try:
+        return fast_boundary(case, device=device)
+    except PredictionMismatch:  # a backend whose closed form is off: the executed search decides
+        return find_boundary(case, device=device)
+
+
+def _case(backend: TableBackend, deployment: Deployment, mode: Mode, step_id: int) -> TableCase | None:
+    fields = deployment.version.backend_fields(backend.name)
+    rule = fields.get("rule")
+    if not isinstance(rule, str) or rule not in backend.rules:
+        return None
+    replay = Replay.parse(str(fields["replay"])) if "replay" in backend.case_fields and "replay" in fields else Replay.DYNAMIC
+    case = TableCase(component=backend.name, geometry=deployment.geometry, rule=rule, mode=mode, step_id=step_id,
+                     replay=replay)
+    # A case field a backend takes (its case_fields) that the launch resolved (Deployment.extra,
+    # e.g. a vLLM backend's "dcp_size") travels into its case, so a new backend needs no edit here.
+    known = {f.name for f in dataclasses.fields(TableCase)}
+    taken = {k: deployment.extra[k] for k in backend.case_fields if k in known and k in deployment.extra}
+    return dataclasses.replace(case, **taken) if taken else case  # type: ignore[arg-type]
+
+
+def _fix(backend: TableBackend, case: TableCase, where: Reach, failing_bytes: int, budget: int | None) -> Fix:
+    g = case.geometry
+    safe = []
+    for name in backend.rules:
+        first = predict_boundary(dataclasses.replace(case, rule=name))
+        if not where.reaches(first):
+            safe.append((backend.width(g, name), name))
+    rule: str | None = None
+    if safe:
+        width, rule = min(safe)
+        change = backend.rules[rule].change
+    else:
+        width, change = min_safe_width(backend.name, g, case.mode, case.step_id), "no rule of the backend"
+    size = backend.table_bytes(g, width, case.mode)
+    return Fix(rule, width, size, size - failing_bytes, size / budget if budget else None, change)
+
+
+def table_row(backend: TableBackend, deployment: Deployment, mode: Mode, step_id: int, device: str) -> Row | str:
+    """The row, or one line saying why there is none (no rule in the version data, no such graph)."""
+    if backend.mode_problem(mode) is not None:
+        return ""  # the backend captures no graph in this mode: nothing to report
+    case = _case(backend, deployment, mode, step_id)
+    if case is None:
+        return f"{backend.name}: {deployment.version.engine} names no sizing rule for it (data/engines.json)"
+    try:
+        found = _boundary(case, device)
+    except BoundaryError as err:
+        return f"{backend.name} {mode.value}: {err}"
+    g = deployment.geometry
+    width = backend.width(g, case.rule)
+    where = reach(deployment.reach_rule, g, mode, step_id)
+    first = found.first_failing_seq_len
+    result = found.failing if first is not None else found.passing
+    size = backend.table_bytes(g, width, mode)
+    reachable = where.reaches(first)
+    fix = _fix(backend, case, where, size, deployment.kv_budget_bytes) if reachable else None
+    return Row(
+        kind="table", backend=backend.name, buffer=backend.buffer_name, mode=mode.value, step_id=step_id, rule=case.rule,
+        rule_source=deployment.version.backend_source(backend.name, "rule"), width=width, unit=backend.unit,
+        first_failing=first, outcome=result.outcome.value if result and first is not None else "ok",
+        message=result.error if result and first is not None else None, reach=where.largest_committed,
+        margin=where.margin(first), reachable=reachable, bytes=size, fix=fix,
+        replay=case.replay.value if "replay" in backend.case_fields else None,
+    )
+
+
+def allocator_rows(deployment: Deployment, device: str) -> list[Row]:
+    """``alloc_decode`` at an exactly full pool, for a batch whose last row opens no page (the
+    seed's shape: a gather that indexes every row reads one past the list). None where the
+    version takes an allocator without pages at this page size."""
+    gathers = backends.device_gathers(deployment.version.family, deployment.device_family)
+    paged = deployment.version.defaults.get("paged_allocator_min_page_size")
+    if not gathers or (paged is not None and deployment.geometry.page_size < int(str(paged.value))):
+        return []
+    named = deployment.version.backend_fields("allocator").get("gather")
+    gather = next((g for g in gathers if g.name == named), gathers[0] if len(gathers) == 1 else None)
+    if gather is None:
+        return []
+    source = deployment.version.backend_source("allocator", "gather") if gather.name == named else ""
+    ps = deployment.geometry.page_size
+    found = allocator_boundaries([AllocatorConfig(Gather(gather.name), ps, (True, False))], device)[0]
+    needed = 1  # the batch opens one page
+    fails = found.first_ok_free > needed
+    failing = found.below if fails else None
+    # The scheduler admits a batch when available_size() >= pages needed: an exactly full pool of a
+    # batch of two is a state any run with two requests can be in (spec section 4).
+    reachable = fails and deployment.geometry.max_bs >= 2
+    fix = Fix(gather.fixed_by, 0, 0, 0, 0.0, backends.gather_of(gather.fixed_by).change) if reachable and gather.fixed_by else None
+    return [Row(
+        kind="allocator", backend=gather.name, buffer="alloc_decode", mode="exact-fit", step_id=0, rule=gather.name,
+        rule_source=source, width=None, unit="free pages", first_failing=needed if fails else None,
+        outcome=failing.outcome.value if failing else "ok", message=failing.error if failing else None, reach=None,
+        margin=None, reachable=reachable, bytes=None, fix=fix,
+    )]
+
+
+def table_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]]:
+    """Every table row of the deployment, and one line for each table the check could not size."""
+    rows: list[Row] = []
+    notes: list[str] = []
+    launched = backends.launched_backends(deployment.version.family, deployment.launch_names, deployment.device_family)
+    for backend in launched:
+        for mode, step_id in deployment.modes:
+            row = table_row(backend, deployment, mode, step_id, device)
+            if isinstance(row, Row):
+                rows.append(row)
+            elif row:
+                notes.append(row)
+    return rows, notes
+
+
+def unmodelled(deployment: Deployment) -> list[str]:
+    """What the deployment sets up that no registered backend models."""
+    launched = backends.launched_backends(deployment.version.family, deployment.launch_names, deployment.device_family)
+    covered = {n for b in launched for n in b.launch_names}
+    return [n for n in deployment.launch_names if n not in covered]
