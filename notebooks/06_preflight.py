@@ -79,7 +79,6 @@ preflight_box(command, engine)
 import pandas as pd
 
 from workbench.preflight import check as run_check
-from workbench.preflight import vllm_backends
 
 QWQ = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
        "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
@@ -118,9 +117,9 @@ worked
 #
 # Expected numbers are the spec's and engines.md's worked cases: the QwQ verify at 32753 before
 # the first fix (`256` against `257` pages), 112 tokens of margin under 0.5.23 (first failure at
-# 32881, a run reaches 32769); the GLM verify at 90001 before the second fix. The vLLM rows come
-# from the vLLM backends; on a branch without them the check says it cannot decide (status 3),
-# and its resolution of the 46074 command is asserted instead.
+# 32881, a run reaches 32769); the GLM verify at 90001 before the second fix; the 46074 report's
+# expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's 5470),
+# gone on 0.33.0.
 
 # %%
 qwq_before, qwq_after = results["QwQ-32B NGRAM on Ascend", "before"], results["QwQ-32B NGRAM on Ascend", "after"]
@@ -140,8 +139,9 @@ vllm_before, vllm_after = results["vLLM GLM-5.2 at 350000 (46074)", "before"], r
 g = vllm_before.deployment.geometry
 assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
 assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (engines.md 5)
-expected = (1, 0) if vllm_backends() else (3, 3)
-assert (vllm_before.status, vllm_after.status) == expected, (vllm_before.verdict, vllm_after.verdict)
+assert (vllm_before.status, vllm_after.status) == (1, 0), (vllm_before.verdict, vllm_after.verdict)
+indexer = next(r for r in vllm_before.rows if r.buffer == "expanded_block_table_buffer")
+assert indexer.message is not None and "(5469) must match the existing size (5470)" in indexer.message
 
 # The text box's command, checked under the parameter's engine version, agrees with the library call.
 assert status == run_check(command, engine=engine or None, device=device).status

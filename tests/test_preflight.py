@@ -165,11 +165,17 @@ def test_vllm_mtp_tokens_default_to_the_models_mtp_layers() -> None:
     assert d.geometry.draft_tokens == 1 and d.geometry.context_len == 1048576 and d.geometry.page_size == 16
 
 
-def test_the_46074_verdict_waits_for_the_vllm_backends() -> None:
-    result = check(VLLM_46074, engine="vllm==0.23.0")
-    if vllm_backends():
-        pytest.skip("vLLM backends are registered: the verdict tests belong with them")
-    assert result.status == UNDECIDED and "dsa-indexer" in result.verdict and result.rows == ()
+def test_the_46074_report_fails_on_0230_and_runs_on_0330() -> None:
+    """The issue's second Done-when: the indexer's expand error, 5469 against 5470 blocks."""
+    before = check(VLLM_46074, engine="vllm==0.23.0")
+    (row,) = [r for r in before.rows if r.backend == "vllm-indexer-block-table"]
+    assert before.status == FAILS and row.reachable and row.outcome == "shape-error"
+    assert row.message is not None and row.message.startswith(
+        "The expanded size of the tensor (5469) must match the existing size (5470) at non-singleton dimension 1.  ")
+    after = check(VLLM_46074, engine="vllm==0.33.0")
+    assert after.status == SAFE and [r.width for r in after.rows if r.backend == row.backend] == [5470]
+    status, _ = _run(["check", "--engine", "vllm==0.23.0", "--cmd", VLLM_46074])
+    assert status == 1
 
 
 # ---- input forms, output forms, speed ---------------------------------------------------------------
@@ -255,6 +261,7 @@ def test_a_vllm_backend_plugs_in_without_edits(monkeypatch: pytest.MonkeyPatch) 
         launch_names = ("dsa-indexer",)
 
     stand_in = StandIn()
+    monkeypatch.setattr(backends, "CASE_BACKENDS", ())  # the real indexer module aside: the stand-in alone
     monkeypatch.setattr(backends, "TABLE_BACKENDS", (*backends.TABLE_BACKENDS, stand_in))
     monkeypatch.setitem(backends._BY_NAME, stand_in.name, stand_in)
     assert vllm_backends() == (stand_in,)

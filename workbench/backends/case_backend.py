@@ -88,6 +88,12 @@ class CaseBackend(ABC, Generic[C]):
     # deployment: only the case's own probe speaks for it). The atlas reads this.
     scan_is_request_length: bool = True
     atlas_mode: str = "decode"  # the graph mode its seed deployments replay
+    launch_names: tuple[str, ...] = ()  # what a resolved launch names when it sets this buffer up (preflight)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> C | None:
+        """The case a deployment launched under ``engine`` replays every step, or None where the
+        backend cannot say (the preflight's row). ``extra``: the launch's engine-specific values."""
+        return None
 
     @property
     def scan_label(self) -> str:

@@ -217,6 +217,18 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
                         "indexer_path"})
     scan_field = "max_model_len"
     scan_is_request_length = False  # another max_model_len is another deployment
+    launch_names = ("dsa-indexer",)  # the launch sets it up for a DSA model (preflight's resolve_vllm)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> IndexerCase | None:
+        """A decode step of two requests, one with its lookahead's query rows (``1 + k``) and one with
+        a single row (the variable-length path, whose decode lengths differ): the widths, not the
+        rows, decide the outcome, so the message names ``[2 + k, ...]`` where a report's batch names
+        its own row count (46074: 42)."""
+        if engine not in versions():
+            return None
+        rows = 2 + int(str(extra.get("lookahead", 0)))
+        return self.parse({"component": self.name, "engine": engine, "max_model_len": max_model_len,
+                           "block_size": block_size, "rows": rows, "dcp": int(str(extra.get("dcp_size", 1)))})
     seeds = (SEED_46074,)
     boundary_rejects = ("table_max_model_len",)
 

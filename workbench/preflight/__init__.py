@@ -22,7 +22,7 @@ from workbench.preflight.deployment import Deployment, launch_data
 from workbench.preflight.flags import PreflightError
 from workbench.preflight.resolve_sglang import resolve_sglang
 from workbench.preflight.resolve_vllm import resolve_vllm
-from workbench.preflight.rows import Row, allocator_rows, table_rows, unmodelled
+from workbench.preflight.rows import Row, allocator_rows, case_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 DEFAULT_GPU = "hopper"
@@ -88,6 +88,7 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     deployment = resolve(command, engine=engine, model_config=model_config, allow_unknown=allow_unknown,
                          overshoot=overshoot, gpu=gpu)
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
+    rows += case_rows(deployment, device) if deployment.graphs else []
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
     status, verdict = _verdict(deployment, rows, missing)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from workbench import backends
 from workbench.analysis.boundary import Boundary, BoundaryError, PredictionMismatch, fast_boundary, find_boundary, predict_boundary
@@ -25,6 +26,7 @@ from workbench.backends.base import TableBackend
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode
+from workbench.model.outcome import Outcome
 from workbench.preflight.deployment import Deployment
 
 
@@ -175,8 +177,51 @@ def table_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str
     return rows, notes
 
 
+def _launched_case_backends(deployment: Deployment) -> list[backends.CaseBackend[Any]]:
+    names = set(deployment.launch_names)
+    return [b for b in backends.CASE_BACKENDS if b.engine == deployment.version.family
+            and b.device_family == deployment.device_family and names & set(b.launch_names)]
+
+
+def case_rows(deployment: Deployment, device: str) -> list[Row]:
+    """The backends that bring their own case (vLLM's): the step every run of the deployment replays.
+
+    Their failure does not depend on the committed length (the widths differ from the start), so a
+    failing step fails at length 1 and every run reaches it: margin ``-reach``.
+    """
+    rows: list[Row] = []
+    g = deployment.geometry
+    where = reach(deployment.reach_rule, g, Mode.DECODE, 0)
+    for backend in _launched_case_backends(deployment):
+        case = backend.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra)
+        if case is None:
+            continue
+        result = backend.probe(case, device)
+        if result.outcome is Outcome.INVALID:
+            raise PreflightRowError(f"{backend.name}: the deployment's step is not a state it models: {result.error}")
+        record = backend.record(result)
+        first = 1 if result.outcome.failed else None
+        rows.append(Row(
+            kind="table", backend=backend.name, buffer=backend.buffer_name, mode=Mode.DECODE.value, step_id=0,
+            rule=deployment.version.engine, rule_source="", width=_int_or_none(record.get("buffer_width")),
+            unit="blocks", first_failing=first, outcome=result.outcome.value if first else "ok",
+            message=result.error if first else None, reach=where.largest_committed, margin=where.margin(first),
+            reachable=where.reaches(first), bytes=None,
+        ))
+    return rows
+
+
+class PreflightRowError(ValueError):
+    """A backend could not build the step the deployment replays (a modelling gap, said as one line)."""
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
 def unmodelled(deployment: Deployment) -> list[str]:
     """What the deployment sets up that no registered backend models."""
     launched = backends.launched_backends(deployment.version.family, deployment.launch_names, deployment.device_family)
-    covered = {n for b in launched for n in b.launch_names}
+    covered = {n for b in launched for n in b.launch_names} | {n for b in _launched_case_backends(deployment)
+                                                                for n in b.launch_names}
     return [n for n in deployment.launch_names if n not in covered]
