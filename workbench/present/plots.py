@@ -193,13 +193,14 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
                 legendgroup="needed", showlegend=(r, c) == (1, 1), hoverinfo="skip",
                 marker={"symbol": "line-ew-open", "size": 20, "color": "black", "line": {"width": 2}},
             ), row=r, col=c)
-            if mark is not None:  # in every panel, empty but in the explored one
-                here = mark[(mark["gather"] == gather) & (mark["page_size"] == ps)]
+            if mark is not None:  # in every panel, empty but in the explored one (``mark_states`` moves it)
                 fig.add_trace(go.Scatter(
-                    x=here["pattern"], y=here["free_pages"], mode="markers", name="explored state", legendgroup="mark",
-                    showlegend=not here.empty,
+                    x=[], y=[], mode="markers", name="explored state", legendgroup="mark", showlegend=False,
+                    meta={"gather": gather, "page_size": ps},
                     marker={"symbol": "circle-open", "size": 22, "color": "black", "line": {"width": 2}},
                 ), row=r, col=c)
+    if mark is not None:
+        mark_states(fig, mark)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=patterns, tickfont={"family": "monospace"})
     fig.update_xaxes(title_text="batch (o: row opens a page)", row=len(page_sizes))
     fig.update_yaxes(title_text="free pages (pages)", col=1, dtick=1, rangemode="tozero", gridcolor="#eeeeee")
@@ -207,6 +208,16 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
                         200 + 300 * len(page_sizes), legend={"title": {"text": "outcome"}, "x": 1.02, "y": 1,
                                                              "yanchor": "top"},
                         margin={"r": 230})
+
+
+def mark_states(fig: go.Figure, mark: pd.DataFrame) -> go.Figure:
+    """Circle ``mark``'s rows (gather, page_size, pattern, free_pages) on an ``exact_fit_map`` made
+    with a ``mark``: its "explored state" traces move, nothing else is redrawn."""
+    for trace in fig.data:
+        if trace.name == "explored state" and isinstance(trace.meta, dict):
+            here = mark[(mark["gather"] == trace.meta["gather"]) & (mark["page_size"] == trace.meta["page_size"])]
+            trace.update(x=list(here["pattern"]), y=list(here["free_pages"]), showlegend=not here.empty)
+    return fig
 
 
 # ---- one request ---------------------------------------------------------------------------------
