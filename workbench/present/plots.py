@@ -229,10 +229,12 @@ def request_trace_plot(trace_frame: pd.DataFrame, mark_seq_len: int | None = Non
     fig = go.Figure()
     x = trace_frame["seq_len"]
     fig.add_trace(go.Scatter(x=x, y=trace_frame["reads"], mode="lines", name="tokens read by the step"))
-    fig.add_trace(go.Scatter(x=x, y=trace_frame["buffer_capacity_tokens"], mode="lines", name="buffer capacity",
-                             line={"dash": "dash"}))
-    fig.add_trace(go.Scatter(x=x, y=trace_frame["request_table_width"], mode="lines", name="request table width W",
-                             line={"dash": "dot"}))
+    # A rule as wide as W (DSA's req-to-token) draws both lines on one another: the names say so.
+    same = bool((trace_frame["buffer_capacity_tokens"] == trace_frame["request_table_width"]).all())
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["buffer_capacity_tokens"], mode="lines", line={"dash": "dash"},
+                             name="buffer capacity (= W, under the dotted line)" if same else "buffer capacity"))
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["request_table_width"], mode="lines", line={"dash": "dot"},
+                             name="request table width W (= buffer capacity)" if same else "request table width W"))
     for outcome in OUTCOMES[1:]:  # every failing outcome has its trace (empty: no legend entry), so the
         group = trace_frame[trace_frame["outcome"] == outcome]  # explorer's figure keeps its traces
         fig.add_trace(go.Scatter(
