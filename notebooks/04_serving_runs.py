@@ -225,8 +225,8 @@ def per_parameter(column: str, y_title: str, title: str) -> go.Figure:
     """One panel per swept parameter, each with its own x axis and unit."""
     figure = px.line(shares, x="value", y=column, color="variant", facet_col="param", markers=True, height=430,
                      category_orders={"param": params}, labels={column: y_title, "variant": "rule / gather"},
-                     title=title, facet_col_spacing=0.06)
-    figure.update_xaxes(matches=None, showticklabels=True)
+                     title=title, facet_col_spacing=0.09)
+    figure.update_xaxes(matches=None, showticklabels=True, nticks=5)
     figure.for_each_annotation(lambda a: a.update(text=""))  # the x titles say which parameter
     for i, param in enumerate(params, start=1):
         figure.layout[f"xaxis{'' if i == 1 else i}"].title.text = units[param]

@@ -86,6 +86,72 @@ def test_every_figure_renders_without_console_errors(report_dir: Path) -> None:
     assert all((report_dir / link).is_file() for link in links)
 
 
+# Every drawn text of one figure (titles, tick labels, legend entries, annotations, colour bar, cell
+# numbers) as its box on the page, and every axis with its title and whether its tick labels show.
+FIGURE_TEXT = """(id) => {
+  const gd = document.getElementById(id);
+  const boxes = [];
+  gd.querySelectorAll('svg text').forEach(t => {
+    const text = t.textContent.trim();
+    const r = t.getBoundingClientRect();
+    if (!text || r.width === 0 || r.height === 0 || getComputedStyle(t).visibility === 'hidden') return;
+    boxes.push({text, left: r.left, top: r.top, right: r.right, bottom: r.bottom});
+  });
+  const axes = Object.keys(gd._fullLayout).filter(k => /^[xy]axis[0-9]*$/.test(k)).map(k => {
+    const a = gd._fullLayout[k];
+    return {name: k, shown: a.visible !== false && a.showticklabels !== false, title: (a.title && a.title.text) || ''};
+  });
+  return {boxes, axes};
+}"""
+GENERIC_TITLES = {"", "x", "y", "value", "variable", "count", "index"}
+TOLERANCE_PX = 1.0  # boxes of neighbouring lines may touch
+
+
+def overlaps(boxes: list[dict[str, object]]) -> list[tuple[str, str]]:
+    found = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            width = min(a["right"], b["right"]) - max(a["left"], b["left"])  # type: ignore[operator]
+            height = min(a["bottom"], b["bottom"]) - max(a["top"], b["top"])  # type: ignore[operator]
+            if width > TOLERANCE_PX and height > TOLERANCE_PX:
+                found.append((str(a["text"]), str(b["text"])))
+    return found
+
+
+def test_overlap_check_finds_overlapping_boxes() -> None:
+    """The check below can fail: two boxes sharing 4 x 4 px overlap, two that touch do not."""
+    a = {"text": "a", "left": 0, "top": 0, "right": 10, "bottom": 10}
+    assert overlaps([a, {"text": "b", "left": 6, "top": 6, "right": 20, "bottom": 20}]) == [("a", "b")]
+    assert overlaps([a, {"text": "c", "left": 10, "top": 0, "right": 20, "bottom": 10}]) == []
+
+
+def test_no_figure_has_overlapping_text_or_an_untitled_axis(report_dir: Path) -> None:
+    """What a reviewer reads in every figure of the report: no two texts drawn over each other,
+    every axis that shows tick labels titled with its quantity (not "y" or "value")."""
+    from playwright.sync_api import sync_playwright
+
+    figures = sorted(path.stem for path in (report_dir / "figures").glob("*.json"))
+    problems: dict[str, object] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto((report_dir / "index.html").as_uri(), wait_until="load")
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(figures)}", timeout=60_000
+            )
+            for name in figures:
+                drawn = page.evaluate(FIGURE_TEXT, f"fig-{name}")
+                assert len(drawn["boxes"]) > 3, f"{name}: hardly any text drawn"
+                clashes = overlaps(drawn["boxes"])
+                untitled = [a["name"] for a in drawn["axes"] if a["shown"] and a["title"].strip().lower() in GENERIC_TITLES]
+                if clashes or untitled:
+                    problems[name] = {"overlapping": clashes[:6], "untitled axes": untitled}
+        finally:
+            browser.close()
+    assert not problems, problems
+
+
 def test_pngs_exported_for_every_figure(report_dir: Path) -> None:
     figures = sorted(path.stem for path in (report_dir / "figures").glob("*.json"))
     pngs = sorted(path.stem for path in (report_dir / "png").glob("*.png"))

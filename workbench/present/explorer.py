@@ -157,19 +157,25 @@ def _table_figure(state: ExplorerState, case: TableCase, device: str) -> Any:
 
 
 @functools.lru_cache(maxsize=16)
-def _exact_fit_frame(page_size: int, max_batch: int, device: str) -> Any:
-    """The exact-fit sweep of one page size, made once: a gather or spare-pages change only moves the mark."""
-    return allocator_exact_fit_sweep(page_sizes=[page_size], max_batch=max_batch, gathers=[g.value for g in Gather],
-                                     device=device)
+def _exact_fit_base(page_size: int, max_batch: int, device: str) -> tuple[Any, dict[str, Any]]:
+    """The exact-fit sweep of one page size and its map, made once (building the map's plotly objects
+    is most of a redraw's time): a gather or spare-pages change only moves the circled state."""
+    from workbench.present.plots import exact_fit_map
+
+    frame = allocator_exact_fit_sweep(page_sizes=[page_size], max_batch=max_batch, gathers=[g.value for g in Gather],
+                                      device=device)
+    return frame, exact_fit_map(frame, mark=frame.iloc[0:0]).to_plotly_json()
 
 
 def _allocator_figure(state: ExplorerState, case: AllocatorCase, device: str) -> Any:
-    from workbench.present.plots import exact_fit_map
+    import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-    frame = _exact_fit_frame(case.page_size, state.max_batch, device)
+    from workbench.present.plots import mark_states
+
+    frame, base = _exact_fit_base(case.page_size, state.max_batch, device)
     free = len(case.free_pages)
     here = frame[(frame["gather"] == state.gather) & (frame["batch"] == state.batch) & (frame["free_pages"] == free)]
-    fig = exact_fit_map(frame, mark=here)
+    fig = mark_states(go.Figure(base, _validate=False), here)
     outcome = here["outcome"].iloc[0] if not here.empty else "not in the sweep"
     fig.update_layout(title={"text": (
         f"alloc_decode · gather {state.gather} · ps {case.page_size} · batch {state.batch}"

@@ -46,7 +46,8 @@ class LiveFigure:
     def __init__(self) -> None:
         import plotly.graph_objects as go
 
-        self.widget = go.FigureWidget(layout={"height": FIGURE_HEIGHT})
+        # Validation already happened when the plot functions built the figure; skip it on each update.
+        self.widget = go.FigureWidget(layout={"height": FIGURE_HEIGHT}, _validate=False)
 
     def show(self, figure: Any, uirevision: str = "") -> None:
         """Take ``figure``'s traces and layout. When its traces match the shown ones in number and

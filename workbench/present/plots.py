@@ -193,13 +193,14 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
                 legendgroup="needed", showlegend=(r, c) == (1, 1), hoverinfo="skip",
                 marker={"symbol": "line-ew-open", "size": 20, "color": "black", "line": {"width": 2}},
             ), row=r, col=c)
-            if mark is not None:  # in every panel, empty but in the explored one
-                here = mark[(mark["gather"] == gather) & (mark["page_size"] == ps)]
+            if mark is not None:  # in every panel, empty but in the explored one (``mark_states`` moves it)
                 fig.add_trace(go.Scatter(
-                    x=here["pattern"], y=here["free_pages"], mode="markers", name="explored state", legendgroup="mark",
-                    showlegend=not here.empty,
+                    x=[], y=[], mode="markers", name="explored state", legendgroup="mark", showlegend=False,
+                    meta={"gather": gather, "page_size": ps},
                     marker={"symbol": "circle-open", "size": 22, "color": "black", "line": {"width": 2}},
                 ), row=r, col=c)
+    if mark is not None:
+        mark_states(fig, mark)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=patterns, tickfont={"family": "monospace"})
     fig.update_xaxes(title_text="batch (o: row opens a page)", row=len(page_sizes))
     fig.update_yaxes(title_text="free pages (pages)", col=1, dtick=1, rangemode="tozero", gridcolor="#eeeeee")
@@ -207,6 +208,16 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
                         200 + 300 * len(page_sizes), legend={"title": {"text": "outcome"}, "x": 1.02, "y": 1,
                                                              "yanchor": "top"},
                         margin={"r": 230})
+
+
+def mark_states(fig: go.Figure, mark: pd.DataFrame) -> go.Figure:
+    """Circle ``mark``'s rows (gather, page_size, pattern, free_pages) on an ``exact_fit_map`` made
+    with a ``mark``: its "explored state" traces move, nothing else is redrawn."""
+    for trace in fig.data:
+        if trace.name == "explored state" and isinstance(trace.meta, dict):
+            here = mark[(mark["gather"] == trace.meta["gather"]) & (mark["page_size"] == trace.meta["page_size"])]
+            trace.update(x=list(here["pattern"]), y=list(here["free_pages"]), showlegend=not here.empty)
+    return fig
 
 
 # ---- one request ---------------------------------------------------------------------------------
@@ -218,10 +229,12 @@ def request_trace_plot(trace_frame: pd.DataFrame, mark_seq_len: int | None = Non
     fig = go.Figure()
     x = trace_frame["seq_len"]
     fig.add_trace(go.Scatter(x=x, y=trace_frame["reads"], mode="lines", name="tokens read by the step"))
-    fig.add_trace(go.Scatter(x=x, y=trace_frame["buffer_capacity_tokens"], mode="lines", name="buffer capacity",
-                             line={"dash": "dash"}))
-    fig.add_trace(go.Scatter(x=x, y=trace_frame["request_table_width"], mode="lines", name="request table width W",
-                             line={"dash": "dot"}))
+    # A rule as wide as W (DSA's req-to-token) draws both lines on one another: the names say so.
+    same = bool((trace_frame["buffer_capacity_tokens"] == trace_frame["request_table_width"]).all())
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["buffer_capacity_tokens"], mode="lines", line={"dash": "dash"},
+                             name="buffer capacity (= W, under the dotted line)" if same else "buffer capacity"))
+    fig.add_trace(go.Scatter(x=x, y=trace_frame["request_table_width"], mode="lines", line={"dash": "dot"},
+                             name="request table width W (= buffer capacity)" if same else "request table width W"))
     for outcome in OUTCOMES[1:]:  # every failing outcome has its trace (empty: no legend entry), so the
         group = trace_frame[trace_frame["outcome"] == outcome]  # explorer's figure keeps its traces
         fig.add_trace(go.Scatter(
