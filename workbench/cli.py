@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
     conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
     conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
-    conf.add_argument("--triton", action="store_true", help="fetch triton (large) to run the Triton kernels interpreted")
+    conf.add_argument("--triton", action="store_true", default=None,
+                      help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
+    conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")

@@ -9,6 +9,7 @@ committed length at the first failing one and one below), then ``count`` seeded 
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.engines import model_calls as mc
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
-from workbench.engines.answers import Answer
+from workbench.engines.answers import Answer, Moved
 from workbench.model.geometry import Mode
 
 Pair = tuple[st.State, Callable[[], Answer], Callable[[], Answer]]
@@ -197,15 +198,18 @@ def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str
                       count: int) -> Iterator[Pair]:
     cls = m["paged"].PagedTokenToKVPoolAllocator
     triton = "[triton]" in function
+    if not triton and "use_triton_kernels" not in inspect.getsource(cls):
+        raise Moved("this version has no torch fallback: its allocator launches the Triton kernels only")
     if "alloc_decode" in function:
         for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
-            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton),
-                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64))
+            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton, watch=m["paged"]),
+                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64, report_overread=True))
         return
     for _ in range(count):
-        state = st.extend_state(rng)
-        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton),
-               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"]))
+        state = st.extend_state(rng, pow2=triton)
+        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton, watch=m["paged"]),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"],
+                       capacity_check="after" if b["cuda_gather"] == "cuda-masked" else "before"))
 
 
 def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
