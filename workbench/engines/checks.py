@@ -168,11 +168,23 @@ def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any],
         if mode is None:
             yield state, partial(ec.engine_dsa_init, m["dsa"], state), partial(mc.model_dsa_init, state, b)
             continue
-        if st.geometry_of(state).request_table_width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
-            state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}  # keep a state's tables small
+        width = st.geometry_of(state).request_table_width
+        if width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
+            # keep a state's tables near 16 MB: one request, and at most 4M/W query rows of it
+            state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}
+            if state["draft_tokens"] > max(1, (1 << 22) // width) and mode != "decode" and "seed" not in state:
+                state = _fewer_drafts(state, max(1, (1 << 22) // width))
         tables = mc.request_tables(state, seed=i)
         yield (state, partial(ec.engine_dsa_replay, m["dsa"], m["fbi"], state, tables),
                partial(mc.model_dsa_replay, state, b, tables))
+
+
+def _fewer_drafts(state: st.State, draft_tokens: int) -> st.State:
+    """The state with ``draft_tokens`` drafts (an EAGLE chain of that length), its lengths kept in the table."""
+    state = {**state, "draft_tokens": draft_tokens, "spec_steps": max(1, draft_tokens - 1), "spec_topk": 1,
+             "step_id": 0, "accept_len": min(state.get("accept_len", 1), draft_tokens)}
+    top = st.geometry_of(state).max_committed_len(Mode.parse(state["mode"]))
+    return {**state, "seq_lens": [min(s, top) for s in state["seq_lens"]]}
 
 
 # ---- allocators ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ Row = dict[str, Any]
 DEFAULT_STATES = 1000
 
 
-SPECIAL = ("module_paths", "patch", "wheel")  # conformance entries that are not model settings
+SPECIAL = ("module_paths", "patch", "wheel", "torchvision")  # conformance entries that are not model settings
 
 
 def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -60,7 +60,8 @@ def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, tri
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
            "patch": load.get("patch"), "only": list(only),
-           "triton_dir": str(triton_dir) if triton_dir else None}
+           "triton_dir": str(triton_dir) if triton_dir else None,
+           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
     return _run_worker(job, timeout)
 
 

@@ -77,7 +77,8 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
 
     engine = job["engine"]
     real = ["triton"] if job.get("triton_dir") else []
-    extra = [Path(job["triton_dir"])] if job.get("triton_dir") else []
+    extra = [Path(path) for path in job.get("extra_paths", [])]
+    extra += [Path(job["triton_dir"])] if job.get("triton_dir") else []
     if real:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     else:
