@@ -265,6 +265,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         if args.command == "conformance":  # runs engine code in worker processes; no device here
             from workbench.engines.conformance import main as conformance
 
+            if args.states < 1:
+                raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
+
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
                                triton=args.triton, out=out)
         selection = select_device(args.device)
