@@ -106,7 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
     conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
     conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
-    conf.add_argument("--triton", action="store_true", help="fetch triton (large) to run the Triton kernels interpreted")
+    conf.add_argument("--triton", action="store_true", default=None,
+                      help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
+    conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
@@ -357,6 +359,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "conformance":  # runs engine code in worker processes; no device here
             from workbench.engines.conformance import main as conformance
+
+            if args.states < 1:
+                raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
                                triton=args.triton, out=out)

@@ -9,6 +9,7 @@ committed length at the first failing one and one below), then ``count`` seeded 
 from __future__ import annotations
 
 import importlib
+import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.engines import model_calls as mc
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
-from workbench.engines.answers import Answer
+from workbench.engines.answers import Answer, Moved
 from workbench.model.geometry import Mode
 
 Pair = tuple[st.State, Callable[[], Answer], Callable[[], Answer]]
@@ -167,11 +168,23 @@ def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any],
         if mode is None:
             yield state, partial(ec.engine_dsa_init, m["dsa"], state), partial(mc.model_dsa_init, state, b)
             continue
-        if st.geometry_of(state).request_table_width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
-            state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}  # keep a state's tables small
+        width = st.geometry_of(state).request_table_width
+        if width * len(state["seq_lens"]) * max(1, state["draft_tokens"]) > 1 << 22:
+            # keep a state's tables near 16 MB: one request, and at most 4M/W query rows of it
+            state = {**state, "seq_lens": state["seq_lens"][:1], "max_bs": 1}
+            if state["draft_tokens"] > max(1, (1 << 22) // width) and mode != "decode" and "seed" not in state:
+                state = _fewer_drafts(state, max(1, (1 << 22) // width))
         tables = mc.request_tables(state, seed=i)
         yield (state, partial(ec.engine_dsa_replay, m["dsa"], m["fbi"], state, tables),
                partial(mc.model_dsa_replay, state, b, tables))
+
+
+def _fewer_drafts(state: st.State, draft_tokens: int) -> st.State:
+    """The state with ``draft_tokens`` drafts (an EAGLE chain of that length), its lengths kept in the table."""
+    state = {**state, "draft_tokens": draft_tokens, "spec_steps": max(1, draft_tokens - 1), "spec_topk": 1,
+             "step_id": 0, "accept_len": min(state.get("accept_len", 1), draft_tokens)}
+    top = st.geometry_of(state).max_committed_len(Mode.parse(state["mode"]))
+    return {**state, "seq_lens": [min(s, top) for s in state["seq_lens"]]}
 
 
 # ---- allocators ---------------------------------------------------------------------------
@@ -197,15 +210,18 @@ def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str
                       count: int) -> Iterator[Pair]:
     cls = m["paged"].PagedTokenToKVPoolAllocator
     triton = "[triton]" in function
+    if not triton and "use_triton_kernels" not in inspect.getsource(cls):
+        raise Moved("this version has no torch fallback: its allocator launches the Triton kernels only")
     if "alloc_decode" in function:
         for state in [st.SEED_DECODE, *(st.decode_state(rng) for _ in range(count))]:
-            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton),
-                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64))
+            yield (state, partial(ec.engine_alloc_decode, cls, state, triton=triton, watch=m["paged"]),
+                   partial(mc.model_alloc_decode, state, b["cuda_gather"], out_dtype=torch.int64, report_overread=True))
         return
     for _ in range(count):
-        state = st.extend_state(rng)
-        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton),
-               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"]))
+        state = st.extend_state(rng, pow2=triton)
+        yield (state, partial(ec.engine_alloc_extend, cls, state, triton=triton, watch=m["paged"]),
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int64, merge_bound=b["cuda_merge_bound"],
+                       capacity_check="after" if b["cuda_gather"] == "cuda-masked" else "before"))
 
 
 def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,

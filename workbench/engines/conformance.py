@@ -24,7 +24,7 @@ Row = dict[str, Any]
 DEFAULT_STATES = 1000
 
 
-SPECIAL = ("module_paths", "patch", "wheel")  # conformance entries that are not model settings
+SPECIAL = ("module_paths", "patch", "wheel", "torchvision")  # conformance entries that are not model settings
 
 
 def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -46,26 +46,52 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
     raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
 
 
-def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool = False,
+def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool | None = None,
                 timeout: float = 3600, only: Sequence[str] = ()) -> list[Row]:
     """Every row for one version (or those whose name holds a part of ``only``); FetchError when
-    its wheel can neither be fetched nor found."""
+    its wheel can neither be fetched nor found.
+
+    ``triton``: True fetches it (once) and runs the Triton kernels interpreted, None does so when
+    it is cached already, False skips those rows (the quick test).
+    """
     settings, load = behaviour(engine)
     install = wheels.fetch(load.get("wheel", engine))
-    triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir()  # a cached triton is used
+    triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir() if triton is None else None
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
            "patch": load.get("patch"), "only": list(only),
-           "triton_dir": str(triton_dir) if triton_dir else None}
+           "triton_dir": str(triton_dir) if triton_dir else None,
+           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
+    return _run_worker(job, timeout)
+
+
+def _run_worker(job: dict[str, Any], timeout: float) -> list[Row]:
+    """The worker's rows. A worker that dies (a segfault in a kernel, a stand-in in C code) is
+    started again past the function it was in, which becomes a skipped row saying how it died."""
     # Bytecode is written into the cache folder: the engine's ~2,000 modules compile once, not per run.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    done = subprocess.run([sys.executable, "-m", "workbench.engines.worker"], input=json.dumps(job),
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not rows:
+    rows: list[Row] = []
+    for _ in range(32):  # a bound on restarts: fewer functions than this exist
+        job = {**job, "done": [row["function"] for row in rows]}
+        done = subprocess.run([sys.executable, "-m", "workbench.engines.worker"], input=json.dumps(job),
+                              capture_output=True, text=True, timeout=timeout, env=env)
+        started = None
+        for line in done.stdout.splitlines():
+            if line.startswith("{"):
+                item = json.loads(line)
+                if "starting" in item:
+                    started = item["starting"]
+                else:
+                    rows.append(item)
+                    started = None
+        if done.returncode == 0:
+            return rows
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        rows.append({"engine": engine, "function": "(worker)", "states": 0, "agree": 0, "first_disagreement": None,
-                     "skipped": f"the worker stopped (status {done.returncode}): {last}"})
+        reason = f"the worker stopped (status {done.returncode}) in this function: {last[:300]}"
+        rows.append({"engine": job["engine"], "function": started or "(worker)", "states": 0, "agree": 0,
+                     "first_disagreement": None, "skipped": reason})
+        if started is None:
+            return rows
     return rows
 
 
@@ -88,7 +114,7 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool,
+def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
          out: IO[str] | None = None) -> int:
     """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
     out = out or sys.stdout

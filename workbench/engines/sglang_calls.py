@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -295,23 +296,84 @@ def _after(a: Any, out: Any) -> Answer:
     return ok(out_cache_loc=tensor(out), free_pages_after=free)
 
 
-def engine_alloc_decode(cls: type, state: State, *, triton: bool = False) -> Answer:
+class _Watched:
+    """The engine's decode kernel (or its torch fallback), noting a launch on a free list shorter
+    than the pages the batch opens: the kernel then loads ``free_pages[start]`` past the list's
+    end before the engine checks capacity (versions up to 0.5.18). Such a launch is recorded and
+    not run: under the Triton interpreter the load past the tensor segfaults the process, as it
+    faults a GPU. The engine's own code then goes on to its capacity check (and returns None).
+    Every other launch runs as the engine makes it."""
+
+    def __init__(self, kernel: Any, opening: int, free_arg: int) -> None:
+        self.kernel, self.opening, self.free_arg, self.short_launch = kernel, opening, free_arg, False
+
+    def _short(self, args: tuple[Any, ...]) -> bool:
+        short = self.opening > len(args[self.free_arg])
+        self.short_launch |= short
+        return short
+
+    def __getitem__(self, grid: Any) -> Any:
+        launch = self.kernel[grid]
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return None if self._short(args) else launch(*args, **kwargs)
+        return run
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return None if self._short(args) else self.kernel(*args, **kwargs)
+
+
+# The kernels (and torch fallbacks) that read the free list, with the position of ``free_pages``
+# among their arguments: decode (seq_lens, last_loc, free_pages, ...), extend (prefix_lens,
+# seq_lens, last_loc, free_pages, ...).
+WATCHED = {"decode": (("alloc_decode_kernel", 2), ("alloc_decode_naive", 2)),
+           "extend": (("alloc_extend_kernel", 3), ("alloc_extend_naive", 3))}
+
+
+def _watching(watch: ModuleType | None, kind: str, opening: int, run: Callable[[], Any]) -> tuple[Any, bool]:
+    """``run()`` with ``watch``'s kernels of ``kind`` watched; its result and whether one launched short."""
+    if watch is None:
+        return run(), False
+    saved = [(name, getattr(watch, name)) for name, _ in WATCHED[kind] if hasattr(watch, name)]
+    watchers = [_Watched(kernel, opening, dict(WATCHED[kind])[name]) for name, kernel in saved]
+    for (name, _), watcher in zip(saved, watchers):
+        setattr(watch, name, watcher)
+    try:
+        return run(), any(w.short_launch for w in watchers)
+    finally:
+        for name, kernel in saved:
+            setattr(watch, name, kernel)
+
+
+def engine_alloc_decode(cls: type, state: State, *, triton: bool = False, watch: ModuleType | None = None) -> Answer:
+    """``watch``: the CUDA allocator's module, whose kernels are watched for short launches."""
     def call() -> Answer:
         a = allocator(cls, state, triton=triton)
         seq = torch.tensor(state["seq_lens"], dtype=torch.int64)
-        out = a.alloc_decode(seq, seq.clone(), torch.tensor(state["last_loc"], dtype=torch.int64))
-        return _after(a, out)
+        last = torch.tensor(state["last_loc"], dtype=torch.int64)
+        opening = sum(1 for s in state["seq_lens"] if s % state["page_size"] == 1)
+        out, short = _watching(watch, "decode", opening, lambda: a.alloc_decode(seq, seq.clone(), last))
+        answer = _after(a, out)
+        if watch is not None:
+            answer["read_past_free_list"] = short
+        return answer
     return catching(call)
 
 
-def engine_alloc_extend(cls: type, state: State, *, triton: bool = False) -> Answer:
+def engine_alloc_extend(cls: type, state: State, *, triton: bool = False, watch: ModuleType | None = None) -> Answer:
     def call() -> Answer:
         a = allocator(cls, state, triton=triton)
         prefix = torch.tensor(state["prefix_lens"], dtype=torch.int64)
         seq = torch.tensor(state["seq_lens"], dtype=torch.int64)
         last = torch.tensor(state["last_loc"], dtype=torch.int64)
-        out = a.alloc_extend(prefix, prefix.clone(), seq, seq.clone(), last, int((seq - prefix).sum()))
-        return _after(a, out)
+        ps = state["page_size"]
+        opening = sum(-(-s // ps) - (-(-p // ps)) for p, s in zip(state["prefix_lens"], state["seq_lens"]))
+        out, short = _watching(watch, "extend", opening,
+                               lambda: a.alloc_extend(prefix, prefix.clone(), seq, seq.clone(), last, int((seq - prefix).sum())))
+        answer = _after(a, out)
+        if watch is not None:
+            answer["read_past_free_list"] = short
+        return answer
     return catching(call)
 
 

@@ -127,9 +127,17 @@ def decode_state(rng: random.Random) -> State:
             "parked_pages": parked}
 
 
-def extend_state(rng: random.Random, *, min_new_pages: int = 0, short: bool = False) -> State:
-    """A prefill (or speculative verify) batch: prefix and new lengths, last_loc, a free list."""
-    if min_new_pages:  # 200 pages and more: small pages, or a state would be 50k tokens
+def extend_state(rng: random.Random, *, min_new_pages: int = 0, short: bool = False, pow2: bool = False) -> State:
+    """A prefill (or speculative verify) batch: prefix and new lengths, last_loc, a free list.
+
+    ``pow2``: page sizes that are powers of two only. The CUDA allocator's Triton ``alloc_extend``
+    kernel spans a page with ``tl.arange(0, page_size)``, which Triton allows for powers of two
+    alone (at 255 it raises "arange's range must be a power of 2"), so other sizes are not states
+    that allocator can be in.
+    """
+    if pow2:
+        ps = 2 ** rng.randint(1, 8)
+    elif min_new_pages:  # 200 pages and more: small pages, or a state would be 50k tokens
         ps = rng.choice((2, 4, 8, 16))
     else:
         ps = rng.choice((2, 4, 16, 64, 128, 256)) if rng.random() < 0.7 else rng.randint(2, 256)

@@ -7,7 +7,8 @@ shadow the project's own). The layout, under ``${WORKBENCH_CACHE:-~/.cache/workb
     sglang-0.5.23/
       wheel/   the wheel as ``pip download --no-deps`` left it
       src/     the wheel unpacked (the ``sglang`` package is loaded from here, never installed)
-      deps/    ``pip install --target --no-deps`` of the small packages the modules import
+      deps/    ``pip install --target`` of the small packages the modules import (never torch)
+      torchvision/  a torchvision for the running torch, seen only by versions that need it
       ready    written last: a folder without it is an interrupted fetch and is fetched again
 
 Everything here is reused when present, so the network is needed once per version.
@@ -43,6 +44,10 @@ class EngineInstall:
     engine: str  # "sglang==0.5.23"
     src: Path  # the unpacked wheel: holds sglang/
     deps: Path  # --target folder of the small dependencies
+
+    @property
+    def torchvision(self) -> Path:
+        return self.deps.parent / "torchvision"
 
     @property
     def package_dir(self) -> Path:
@@ -96,8 +101,8 @@ def fetch(engine: str) -> EngineInstall:
     with zipfile.ZipFile(wheels[0]) as whl:
         whl.extractall(src)
     got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
-    if got.returncode == 0:
-        got = _pip("install", "--no-deps", "--target", str(deps), _torchvision_for_torch())
+    if got.returncode == 0:  # a folder of its own: only the versions that need it see it
+        got = _pip("install", "--no-deps", "--target", str(folder / "torchvision"), _torchvision_for_torch())
     if got.returncode != 0:
         raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
                          f"torchvision): {_last_line(got.stderr)}")
@@ -108,8 +113,10 @@ def fetch(engine: str) -> EngineInstall:
 def _torchvision_for_torch() -> str:
     """The torchvision release built against the running torch (torch 2.N pairs with 0.(N+15)).
 
-    Only its presence matters: some transformers releases refuse to register the engine's image
-    processors without it. It is installed without dependencies, so it cannot pull in a torch.
+    Only its presence matters: the transformers that 0.5.18 pins refuses to register the engine's
+    image processors without it, while the one 0.5.23 pins then imports it for real and fails;
+    so it sits in ``torchvision/`` beside ``deps/`` and a version's data entry says whether its
+    worker sees it. Installed without dependencies, so it cannot pull in a torch.
     """
     import torch
 

@@ -17,7 +17,7 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -63,12 +63,22 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}{place}"
 
 
-def run(job: dict[str, Any]) -> list[Row]:
+def _wanted(job: dict[str, Any], function: str) -> bool:
+    """In ``only`` (when given) and not in ``done`` (rows an earlier, crashed worker gave)."""
+    if function in job.get("done", ()):
+        return False
+    return not job.get("only") or any(part in function for part in job["only"])
+
+
+def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: None) -> Iterator[Row]:
+    """Every row of ``job``'s version, as each is done; ``announce(function)`` before each starts
+    (the parent learns which function a crashed worker was in)."""
     from workbench.engines import standins
 
     engine = job["engine"]
     real = ["triton"] if job.get("triton_dir") else []
-    extra = [Path(job["triton_dir"])] if job.get("triton_dir") else []
+    extra = [Path(path) for path in job.get("extra_paths", [])]
+    extra += [Path(job["triton_dir"])] if job.get("triton_dir") else []
     if real:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     else:
@@ -80,39 +90,40 @@ def run(job: dict[str, Any]) -> list[Row]:
             patcher.apply_patches_from_config(job["patch"])
         except BaseException as error:  # noqa: BLE001 - unpatched results must not pass for patched ones
             reason = f"the one-line patch does not apply: {_one_line(error)}"
-            return [skipped(engine, function, reason) for check in checks.CHECKS for function in check.functions]
-    rows: list[Row] = []
+            yield from (skipped(engine, f, reason) for check in checks.CHECKS for f in check.functions if _wanted(job, f))
+            return
     for check in checks.CHECKS:
-        if job.get("only") and not any(part in f for f in check.functions for part in job["only"]):
+        functions = [f for f in check.functions if _wanted(job, f)]
+        if not functions:
             continue
-        modules: dict[str, ModuleType] = {}
         try:
             modules = checks.import_modules(check.modules, job.get("module_paths", {}))
         except BaseException as error:  # noqa: BLE001 - a module that fails to import skips its rows
-            for function in check.functions:
-                rows.append(skipped(engine, function, f"cannot import {check.modules[0]}: {_one_line(error)}"))
+            yield from (skipped(engine, f, f"cannot import {check.modules[0]}: {_one_line(error)}") for f in functions)
             continue
         standins.strict()
-        for function in check.functions:
-            if job.get("only") and not any(part in function for part in job["only"]):
-                continue
-            if check.needs_triton(function) and not real:
-                rows.append(skipped(engine, function, "triton is not installed (run with --triton to fetch it; "
-                                                      "the kernel runs under TRITON_INTERPRET=1)"))
-                continue
-            rng = random.Random(f"{job['seed']}:{function}")
-            try:
-                pairs = check.pairs(function, modules, job["behaviour"], rng, job["states"])
-                rows.append(compare(engine, function, pairs))
-            except BaseException as error:  # noqa: BLE001 - a moved signature or thin stand-in skips the row
-                rows.append(skipped(engine, function, _one_line(error)))
+        for function in functions:
+            yield _one_row(job, check, function, modules, real, announce)
         standins.lenient()
-    return rows
+
+
+def _one_row(job: dict[str, Any], check: checks.Check, function: str, modules: dict[str, ModuleType],
+             real: list[str], announce: Callable[[str], None]) -> Row:
+    engine = job["engine"]
+    if check.needs_triton(function) and not real:
+        return skipped(engine, function, "triton is not used in this run (workbench conformance --triton fetches "
+                                         "it; the kernel runs under TRITON_INTERPRET=1)")
+    announce(function)
+    rng = random.Random(f"{job['seed']}:{function}")
+    try:
+        return compare(engine, function, check.pairs(function, modules, job["behaviour"], rng, job["states"]))
+    except BaseException as error:  # noqa: BLE001 - a moved signature or thin stand-in skips the row
+        return skipped(engine, function, _one_line(error))
 
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
-    for row in run(job):
+    for row in run(job, announce=lambda function: print(json.dumps({"starting": function}), flush=True)):
         print(json.dumps(row), flush=True)
     return 0
 

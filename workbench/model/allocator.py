@@ -114,8 +114,13 @@ class PagedAllocator:
         last_loc: Sequence[int] | torch.Tensor,
         *,
         merge_bound: int | None = None,
+        capacity_check: str = "before",
     ) -> torch.Tensor | None:
         """Slots for positions ``prefix .. seq - 1`` of each request, or None when short.
+
+        ``capacity_check="after"``: the CUDA allocator up to SGLang 0.5.18, whose kernel runs
+        first; on a short pool it has read past the free list (recorded in ``overreads``) by
+        the time it returns None. The default is the NPU allocator's order (and CUDA's in 0.5.23).
 
         ``merge_bound``: merge parked pages first when fewer pages than this are free. SGLang
         0.5.23's CUDA allocator does so on an upper bound of the pages a batch can open
@@ -137,6 +142,9 @@ class PagedAllocator:
         if merge_bound is not None and merge_bound > len(self.free_pages):
             self.merge_and_sort_free()
         if not self.ensure_pages(num_new_pages):
+            if capacity_check == "after":
+                self.overreads.append(f"alloc_extend read free_pages past its {len(self.free_pages)} entries "
+                                      f"({num_new_pages} new pages) before its capacity check returned None")
             return None
         counts = seq - prefix
         req = torch.repeat_interleave(torch.arange(len(seq), device=self.device), counts)
