@@ -224,9 +224,34 @@ def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str
                        capacity_check="after" if b["cuda_gather"] == "cuda-masked" else "before"))
 
 
+FA3_PAGE_SIZES = (1, 2, 16, 64, 128, 256)  # the kernel asserts a power of two
+
+
 def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
                count: int) -> Iterator[Pair]:
-    raise NotImplementedError("the FA3 page-table model (sglang-fa3-page-table) is the lead's, not yet merged")
+    """The fused kernel ``normal_decode_set_metadata`` (interpreted) against ``Fa3PageTable.replay``.
+
+    Contexts stay at 2048 or below: the interpreter runs one program per row and 128 pages, and
+    widths, not lengths, are what the kernel's bound is about. Every state's seq_lens sit at the
+    row's end (the boundary and around it) or anywhere below it.
+    """
+    from workbench.backends.sglang_fa3_page_table import RULES
+
+    rule = str(b.get("fa3_rule", "context"))
+    for i in range(count):
+        state = st.table_state(rng, modes=("decode", "target-verify", "draft-decode"))
+        state = {**state, "context_len": rng.randint(16, 2048), "page_size": rng.choice(FA3_PAGE_SIZES),
+                 "hybrid_swa": False}
+        g = st.geometry_of({**state, "max_bs": 1})
+        width = RULES[rule].width(g)
+        look = g.lookahead(Mode.parse(state["mode"]), state["step_id"])
+        top = g.max_committed_len(Mode.parse(state["mode"]), state["step_id"])
+        first = width * g.page_size - look + 1  # the first length whose read passes the row
+        near = [max(1, min(top, first + rng.randint(-2, 1))) for _ in state["seq_lens"]]
+        state["seq_lens"] = near if i % 3 else [rng.randint(1, top) for _ in state["seq_lens"]]
+        tables = mc.request_tables(state, seed=i)
+        yield (state, partial(ec.engine_fa3_replay, m["fa3_meta"], state, tables, width, look),
+               partial(mc.model_fa3_replay, state, tables, width, look))
 
 
 CHECKS = (

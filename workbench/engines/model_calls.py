@@ -153,3 +153,14 @@ def model_alloc_extend(state: State, *, out_dtype: torch.dtype, merge_bound: boo
         extra = {"read_past_free_list": bool(alloc.overreads)} if capacity_check else {}
         return _after(alloc, None if out is None else out.to(out_dtype), extra)
     return catching(call)
+
+
+def model_fa3_replay(state: State, tables: dict[str, torch.Tensor], width: int, delta: int) -> Answer:
+    def call() -> Answer:
+        from workbench.backends.sglang_fa3_page_table import Fa3PageTable
+
+        bs = len(state["seq_lens"])
+        t = Fa3PageTable.of_width(width, state["page_size"], rows=bs)
+        t.replay(tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"], delta)
+        return ok(page_table=tensor(t.page_table), cache_seqlens=tensor(t.cache_seqlens))
+    return catching(call)

@@ -379,3 +379,19 @@ def engine_alloc_extend(cls: type, state: State, *, triton: bool = False, watch:
 
 def mode_of(state: State) -> Mode:
     return Mode.parse(state["mode"])
+
+
+def engine_fa3_replay(meta: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                      delta: int) -> Answer:
+    """FA3's replay of its decode-style graphs: the fused kernel over a ``(bs, width)`` page table,
+    as ``_set_decode_page_metadata`` calls it (``max_seq_pages`` = the buffer's width)."""
+    def call() -> Answer:
+        bs = len(state["seq_lens"])
+        page_table = torch.zeros((bs, width), dtype=torch.int32)
+        cache_seqlens = torch.zeros(bs, dtype=torch.int32)
+        cu_seqlens_k = torch.zeros(bs + 1, dtype=torch.int32)
+        meta.normal_decode_set_metadata(
+            cache_seqlens, cu_seqlens_k, page_table, tables["req_to_token"], torch.arange(1, bs + 1),
+            width, torch.tensor(state["seq_lens"], dtype=torch.int64), delta, state["page_size"])
+        return ok(page_table=tensor(page_table), cache_seqlens=tensor(cache_seqlens))
+    return catching(call)
