@@ -84,6 +84,7 @@ class FlashMlaPageTableBackend(LivePageBackend):
     device_family = "cuda"
     buffer_name = "cuda_graph_kv_indices"
     unit = "pages"
+    page_sizes = (FLASHMLA_PAGE_SIZE,)  # a constant of the backend: the atlas runs it at 64
     short = "flashmla"
     pad_seq_len = 1  # get_cuda_graph_seq_len_fill_value (flashmla_backend.py:431)
     rules = RULES
