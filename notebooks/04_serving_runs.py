@@ -227,6 +227,7 @@ def per_parameter(column: str, y_title: str, title: str) -> go.Figure:
                      category_orders={"param": params}, labels={column: y_title, "variant": "rule / gather"},
                      title=title, facet_col_spacing=0.09)
     figure.update_xaxes(matches=None, showticklabels=True, nticks=5)
+    figure.update_yaxes(ticklabelstandoff=8)  # keeps the y axis' "0" off the first x tick label
     figure.for_each_annotation(lambda a: a.update(text=""))  # the x titles say which parameter
     for i, param in enumerate(params, start=1):
         figure.layout[f"xaxis{'' if i == 1 else i}"].title.text = units[param]
