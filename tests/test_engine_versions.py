@@ -27,7 +27,9 @@ def test_every_value_names_the_file_and_line_it_was_read_from() -> None:
         for component, fields in version.fields.items():
             for name in fields:
                 source = version.sources[component][name]
-                assert ".py:" in source, (version.engine, component, name, source)
+                # A file and line; a behaviour that is an absence (no clamp) names the file and the
+                # function, and a patched pseudo-version points at its patch.
+                assert ".py:" in source or ".py (" in source or "patch" in source, (version.engine, component, name)
 
 
 def test_the_ascend_width_of_0523_leaves_the_latent_gap_of_engines_md() -> None:
