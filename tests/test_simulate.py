@@ -274,4 +274,5 @@ def test_notebook_runs_with_small_parameters(tmp_path: Path) -> None:
                     "acceptance_rates": [0.5], "conservativeness_values": [0.0, 1.0], "output_dir": str(tmp_path)},
     )
     figures = sorted(p.name for p in (tmp_path / "figures").glob("04_*.json"))
-    assert figures == ["04_exact_fit.json", "04_qwq_run.json", "04_share_sweeps.json"]
+    # notebook 04 draws a fourth figure since issue 15 (the first failing step per acceptance rate)
+    assert figures == ["04_exact_fit.json", "04_first_failing_step.json", "04_qwq_run.json", "04_share_sweeps.json"]

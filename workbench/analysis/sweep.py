@@ -388,7 +388,7 @@ def run_sweep(
 def allocator_exact_fit_sweep(
     page_sizes: Sequence[int] = (4, 128),
     max_batch: int = 8,
-    gathers: Sequence[str] = backends.GATHER_NAMES,
+    gathers: Sequence[str] = backends.DEFAULT_GATHERS,
     *,
     device: str = "cpu",
 ) -> pd.DataFrame:

@@ -56,6 +56,7 @@ CASE_COMPONENTS: tuple[str, ...] = tuple(_CASE_BY_NAME)
 
 GATHERS: dict[str, DecodeGather] = {g.name: g for m in _GATHER_MODULES for g in m.GATHERS}
 GATHER_NAMES: tuple[str, ...] = tuple(GATHERS)
+DEFAULT_GATHERS: tuple[str, ...] = tuple(g.name for g in GATHERS.values() if g.in_defaults)
 
 
 def gather_of(name: str) -> DecodeGather:
@@ -146,9 +147,9 @@ def allocator_seeds() -> tuple[Seed, ...]:
 
 
 __all__ = [
-    "CASE_BACKENDS", "CASE_COMPONENTS", "BackendCase", "CaseBackend", "CaseSeed", "case_backend_of", "case_seeds",
-    "is_case_backend",
-    "DEFAULT_COMPONENTS", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "TABLE_BACKENDS", "TABLE_COMPONENTS", "DecodeGather", "Seed",
-    "SizingRule", "TableBackend", "all_names", "allocator_seeds", "backend_of", "check_rule", "check_rule_name", "device_gathers",
-    "engine_backends", "gather_of", "is_table_backend", "launched_backends", "seeds", "table_backends",
+    "BackendCase", "CASE_BACKENDS", "CASE_COMPONENTS", "CaseBackend", "CaseSeed", "DEFAULT_COMPONENTS",
+    "DEFAULT_GATHERS", "DecodeGather", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "Seed", "SizingRule", "TABLE_BACKENDS",
+    "TABLE_COMPONENTS", "TableBackend", "all_names", "allocator_seeds", "backend_of", "case_backend_of", "case_seeds",
+    "check_rule", "check_rule_name", "device_gathers", "engine_backends", "gather_of", "is_case_backend",
+    "is_table_backend", "launched_backends", "seeds", "table_backends",
 ]

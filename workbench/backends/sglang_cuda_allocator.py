@@ -58,6 +58,7 @@ class CudaMaskedGather(DecodeGather):
 
 class CudaCheckedGather(CudaMaskedGather):
     name = "cuda-checked"
+    in_defaults = False  # a version's behaviour (0.5.23), not one of the spec's three
     change = "sglang 0.5.23: capacity checked before the kernel (srt/mem_cache/allocator/paged.py:290-300)"
     quirk = "only page-opening rows read, and never on a short pool: None before any read"
 
