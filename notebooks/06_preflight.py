@@ -2,9 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: workbench,-jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -57,8 +59,9 @@ if engine:
 # %% [markdown]
 # ## The text box
 #
-# Edit the command (or the engine version) and the rows and the verdict are redrawn. Below it,
-# the same check printed once, so an executed copy of the notebook shows it without a kernel.
+# Edit the command and press *check* (or click outside the box), or pick another engine version:
+# the rows and the verdict are redrawn. Above the box, the same check printed once, so an executed
+# copy of the notebook shows it without a kernel.
 
 # %%
 from workbench.present.preflight_box import check_text, preflight_box

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workbench import cli
-from workbench.preflight import FAILS, SAFE, UNDECIDED, check, resolve, vllm_backends
+from workbench.preflight import FAILS, SAFE, UNDECIDED, PreflightError, check, resolve, vllm_backends
 from workbench.preflight.format import format_text, to_json
 
 QWQ = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
@@ -228,12 +228,20 @@ def test_the_preflight_box_redraws_on_change() -> None:
     status, line = check_text(QWQ + " --page-size 0")
     assert status == 2 and line.startswith("error: --page-size: 0 is out of range")
     box = preflight_box(QWQ, PRE_ASCEND)
-    text, version, out = box.children
+    _, text, (version, button), out = box.children[0], box.children[1], box.children[2].children, box.children[3]
     assert "exit status 1" in out.outputs[0]["text"] and "32753" in out.outputs[0]["text"]
     version.value = "sglang==0.5.23"
     assert "exit status 0" in out.outputs[-1]["text"] and "+112" in out.outputs[-1]["text"]
     text.value = "vllm serve"
     assert "exit status 2" in out.outputs[-1]["text"]
+    text.value = QWQ
+    version.value = ""  # the newest modelled version, 0.5.23
+    out.outputs = ()
+    button.click()  # the button checks the command as it stands
+    assert "exit status 0" in out.outputs[-1]["text"]
+    with pytest.raises(PreflightError, match="'sglang==0.0.0' is not a modelled version"):
+        preflight_box(QWQ, "sglang==0.0.0")
+    assert check_text(QWQ, "sglang==0.0.0")[1].startswith("error: --engine: 'sglang==0.0.0' is not a modelled version")
 
 
 def test_notebook_06_pair_agrees() -> None:

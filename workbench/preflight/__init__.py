@@ -52,7 +52,10 @@ def resolve(command: str | Sequence[str], *, engine: str | None = None, model_co
         raise PreflightError(f"--gpu: {gpu!r} is not one of {', '.join(data.gpus)}")
     cmd = parse_command(command, allow_unknown=allow_unknown)
     name = engine or data.newest[cmd.engine]
-    version = data.version(name)
+    try:
+        version = data.version(name)
+    except ValueError as err:  # LaunchData knows no flags; to a check it is bad input like any other
+        raise PreflightError(str(err)) from None
     if version.family != cmd.engine:
         raise PreflightError(f"--engine: {name!r} is a {version.family} version, but the command launches {cmd.engine}")
     resolver = resolve_sglang if cmd.engine == "sglang" else resolve_vllm

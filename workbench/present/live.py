@@ -48,26 +48,40 @@ class LiveFigure:
 
         # Validation already happened when the plot functions built the figure; skip it on each update.
         self.widget = go.FigureWidget(layout={"height": FIGURE_HEIGHT}, _validate=False)
+        self._sent: list[Any] = []  # each shown trace as last sent (plotly JSON), to skip unchanged ones
+        self._template: Any = None
 
     def show(self, figure: Any, uirevision: str = "") -> None:
         """Take ``figure``'s traces and layout. When its traces match the shown ones in number and
         type (the plots keep them constant, empty where there is nothing to draw), every change goes
         to the page as one batched update (one redraw); otherwise the traces are replaced."""
+        import plotly.io as pio  # type: ignore[import-untyped]
+
         layout = figure.layout.to_plotly_json()
         layout.setdefault("height", FIGURE_HEIGHT)
         layout["uirevision"] = uirevision or None
         new = list(figure.data)
+        sent = [pio.to_json(trace.to_plotly_json(), validate=False) for trace in new]
         same = len(new) == len(self.widget.data) and all(a.type == b.type for a, b in zip(self.widget.data, new))
         if not same:
             with self.widget.batch_update():
                 self.widget.data = ()
                 self.widget.add_traces(new)
                 self.widget.layout = layout
+            self._sent, self._template = sent, layout.get("template")
             return
+        # Most of an update's time is plotly rebuilding objects it already holds: a trace whose JSON
+        # did not change, and the template (the same in every figure of the plots), are not sent again.
+        if layout.get("template") == self._template:
+            layout.pop("template", None)
+        else:
+            self._template = layout.get("template")
         with self.widget.batch_update():
-            for shown, trace in zip(self.widget.data, new):
-                shown.update(trace.to_plotly_json(), overwrite=True)
+            for shown, trace, now, before in zip(self.widget.data, new, sent, self._sent):
+                if now != before:
+                    shown.update(trace.to_plotly_json(), overwrite=True)
             self.widget.update_layout(layout, overwrite=True)
+        self._sent = sent
 
 
 class LivePanel:

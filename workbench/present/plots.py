@@ -178,18 +178,19 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
             panel = alloc_frame[(alloc_frame["gather"] == gather) & (alloc_frame["page_size"] == ps)]
             for outcome in OUTCOMES:  # a trace per outcome in every panel, empty where none: constant traces
                 group = panel[panel["outcome"] == outcome]
-                fig.add_trace(go.Scatter(
-                    x=group["pattern"], y=group["free_pages"], mode="markers", name=outcome, legendgroup=outcome,
-                    showlegend=outcome not in shown and not group.empty,
+                fig.add_trace(go.Scatter(  # plain lists: plotly validates a pandas column several times slower
+                    x=group["pattern"].tolist(), y=group["free_pages"].tolist(), mode="markers", name=outcome,
+                    legendgroup=outcome, showlegend=outcome not in shown and not group.empty,
                     marker={"color": OUTCOME_COLOURS[outcome], "size": 10},
-                    customdata=group[["batch", "pages_needed"]], text=group["error"],
+                    customdata=group[["batch", "pages_needed"]].values.tolist(), text=group["error"].tolist(),
                     hovertemplate="%{customdata[0]} (%{x})<br>free %{y}, needed %{customdata[1]}<br>%{text}<extra></extra>",
                 ), row=r, col=c)
                 if not group.empty:
                     shown.add(outcome)
             needed = panel.drop_duplicates("pattern")
             fig.add_trace(go.Scatter(
-                x=needed["pattern"], y=needed["pages_needed"], mode="markers", name="pages the batch opens (exact fit)",
+                x=needed["pattern"].tolist(), y=needed["pages_needed"].tolist(), mode="markers",
+                name="pages the batch opens (exact fit)",
                 legendgroup="needed", showlegend=(r, c) == (1, 1), hoverinfo="skip",
                 marker={"symbol": "line-ew-open", "size": 20, "color": "black", "line": {"width": 2}},
             ), row=r, col=c)

@@ -1,16 +1,27 @@
 """The notebooks' preflight box: paste a launch command, see the rows and the verdict.
 
-An ipywidgets ``Textarea`` for the command (and one for the engine version) above an ``Output``;
-every change runs ``workbench.preflight.check`` and prints what ``workbench check`` prints. The
-plain function underneath (``check_text``) is what the tests call, without a kernel.
+A ``Textarea`` for the command, a dropdown of the modelled engine versions and a *check* button
+above an ``Output``. The command is read when the box loses focus or the button is pressed, not on
+every keystroke: a check resolves the command and executes its failing steps, and a half-typed flag
+is bad input, not something to check. Every check prints what ``workbench check`` prints. The plain
+function underneath (``check_text``) is what the tests call, without a kernel.
+
+The CSS classes ``workbench-explorer`` (the box) and ``workbench-outcome`` (the printed check) are
+the explorers' own, so the JupyterLab browser test finds this box the way it finds them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from workbench.engines.launch import load_launch_data
 from workbench.preflight import CheckResult, PreflightError, check
 from workbench.preflight.format import format_text
+
+NEWEST = "newest modelled"
+HELP = ("<b>Preflight.</b> Paste a launch command (SGLang's <code>python -m sglang.launch_server ...</code> or "
+        "<code>vllm serve ...</code>), pick the engine version it runs, then press <i>check</i> (leaving the box "
+        "checks too). Try a <code>+revert-...</code> version to see the failure the fix removed.")
 
 
 def check_text(command: str, engine: str = "") -> tuple[int, str]:
@@ -24,12 +35,19 @@ def check_text(command: str, engine: str = "") -> tuple[int, str]:
 
 
 def preflight_box(command: str, engine: str = "") -> Any:
-    """The text box and its output, drawn once and redrawn on every change."""
+    """The text box, the version dropdown and the printed check, redrawn on every change."""
     import ipywidgets as w  # type: ignore[import-untyped]
 
-    text = w.Textarea(value=command, description="command", layout=w.Layout(width="100%", height="90px"))
-    version = w.Text(value=engine, description="engine", placeholder="newest modelled (e.g. sglang==0.5.23)")
+    versions = list(load_launch_data().versions)
+    if engine and engine not in versions:
+        raise PreflightError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
+    text = w.Textarea(value=command, description="command", continuous_update=False,
+                      layout=w.Layout(width="100%", height="90px"))
+    version = w.Dropdown(options=[(NEWEST, "")] + [(v, v) for v in versions], value=engine, description="engine",
+                         layout=w.Layout(width="420px"))
+    button = w.Button(description="check", tooltip="check the command as it stands in the box")
     out = w.Output(layout=w.Layout(width="100%"))
+    out.add_class("workbench-outcome")
 
     def redraw(_: object = None) -> None:
         status, shown = check_text(text.value, version.value)
@@ -38,5 +56,8 @@ def preflight_box(command: str, engine: str = "") -> Any:
 
     text.observe(redraw, names="value")
     version.observe(redraw, names="value")
+    button.on_click(redraw)
     redraw()
-    return w.VBox([text, version, out])
+    box = w.VBox([w.HTML(HELP), text, w.HBox([version, button]), out])
+    box.add_class("workbench-explorer")
+    return box

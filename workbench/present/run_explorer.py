@@ -69,6 +69,11 @@ def run_view(values: dict[str, Any], device: str = "cpu") -> Drawn:
 
 def run_explorer(device: str = "cpu", scenario: str = "exact-fit", seed: int = 1) -> Any:
     """The widget: scenario, rule, gather, seed, conservativeness and (qwq) acceptance rate."""
+    return run_panel(device, scenario, seed).widget
+
+
+def run_panel(device: str = "cpu", scenario: str = "exact-fit", seed: int = 1) -> LivePanel:
+    """The explorer's panel: its ``controls`` by name, and its ``widget``."""
     import ipywidgets as w  # type: ignore[import-untyped]
 
     controls = {
@@ -82,4 +87,4 @@ def run_explorer(device: str = "cpu", scenario: str = "exact-fit", seed: int = 1
                                          continuous_update=False, style={"description_width": "initial"}),
     }
     rows = [["scenario", "rule", "gather"], ["seed", "conservativeness", "acceptance_rate"]]
-    return LivePanel(controls, rows, lambda values: run_view(values, device), HELP).widget
+    return LivePanel(controls, rows, lambda values: run_view(values, device), HELP)
