@@ -30,8 +30,10 @@
 # one below on real tensors. The **reachable length** is the largest committed length a run replays:
 # the scheduler's cap `ctx - 1` plus an **overshoot** of a few tokens (multi-token acceptance, the
 # overlap scheduler; the spec sees one and two in crash reports). **Margin** = first failing -
-# reachable - 1: negative means a real run gets there. Every reachable failure is then confirmed by
-# a seeded serving run that hits it (`run_confirmed`).
+# reachable - 1: negative means a real run gets there. Every row is then run again
+# (`run_confirmed`): a reachable failure by a run that hits it, a margin or a safe row by a run that
+# gets to the reachable length with every step passing (SGLang: a seeded serving run; vLLM: a request
+# walk, or the deployment's step; `run_model` says which).
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
@@ -39,7 +41,7 @@ output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plo
 engines = []  # engine versions of data/engines.json; empty: every version
 presets = []  # model presets of data/presets.json; empty: every preset
 overshoot = 2  # committed tokens a run may pass ctx - 1 for one step
-confirm_runs = True  # confirm each reachable failure with a serving run
+confirm_runs = True  # run every row again (a failure must be hit, a margin run to the cap)
 
 # %%
 from workbench.analysis.memory import load_presets
@@ -58,7 +60,7 @@ confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 import pandas as pd
 import plotly.io as pio
 
-from workbench.analysis.atlas import case_backend_rows, confirm_reachable, run_atlas, summarize
+from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
 from workbench.present.atlas_figure import atlas_figure
 from workbench.present.report import save_figure
 
@@ -70,7 +72,7 @@ if not engines:  # vLLM's buffers, at the public crash reports' deployments
     frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
 summary = summarize(frame)
 if confirm_runs:
-    summary = confirm_reachable(summary)
+    summary = confirm_by_runs(summary)
 print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summary)} backend x version x mode rows")
 
 # %% [markdown]
@@ -87,7 +89,7 @@ fig
 columns = ["backend", "engine", "mode", "rule", "first_failing_seq_len", "reachable_len", "margin", "status", "outcome",
            "preset", "recipe", "context_len", "page_size", "extra_bytes", "extra_share_of_kv"]
 if confirm_runs:
-    columns.append("run_confirmed")
+    columns += ["run_model", "run_confirmed"]
 summary[columns]
 
 # %% [markdown]
@@ -107,8 +109,10 @@ summary[columns]
 #   into the next request's row (a **silent overwrite**), TRT-LLM MHA/MLA and AITER read past it.
 # - **vLLM's crash reports are rows too**: 46074 (the DSA indexer's unaligned buffer at
 #   `max_model_len` 350000) fails on 0.23.0 and not on 0.33.0; 5563 (V0's graph block tables at
-#   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are confirmed
-#   by the probe of the deployment's step; the serving-run model covers SGLang's scheduler only.
+#   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are
+#   run again as a request walking to its cap (5563: it fails first at 8186) or, for the indexer,
+#   whose scanned field is a launch setting, as the deployment's step; vLLM's scheduler itself is
+#   not modelled.
 
 # %%
 def worst(backend: str, engine: str = "sglang==0.5.23") -> pd.DataFrame:
@@ -120,7 +124,7 @@ assert set(fa3.status) == {"reachable"} and set(fa3.outcome) == {"silent-overrea
 verify = fa3[fa3["mode"] == "target-verify"].iloc[0]
 assert verify.first_failing_seq_len == verify.context_len - verify.draft_tokens + 1
 if confirm_runs:
-    assert summary[summary.status == "reachable"].run_confirmed.all()
+    assert summary.run_confirmed.all(), summary[~summary.run_confirmed.astype(bool)]
 npu = worst("npu-block-table")
 assert set(npu.status) == {"unreachable"} and (npu.margin > 100).all(), npu
 assert set(worst("dsa-page-table").status) == {"safe"}

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
-    atlas.add_argument("--no-runs", action="store_true", help="skip confirming reachable failures by serving runs")
+    atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
     conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")
     conf.add_argument("--engine", default="sglang==0.5.23", help="NAME==VERSION, several comma-separated (default sglang==0.5.23)")
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
@@ -219,7 +219,7 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.analysis.atlas import confirm_reachable, format_summary, full_atlas, summarize
+    from workbench.analysis.atlas import confirm_by_runs, format_summary, full_atlas, summarize
 
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
@@ -227,7 +227,7 @@ def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     frame = full_atlas(engines, overshoot=args.overshoot, device=device)
     summary = summarize(frame)
     if not args.no_runs:
-        summary = confirm_reachable(summary)
+        summary = confirm_by_runs(summary)
     if args.json:
         for record in summary.to_dict(orient="records"):
             out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")

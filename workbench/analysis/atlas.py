@@ -19,6 +19,7 @@ mode: its worst setting.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -201,6 +202,7 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
                     "outcome": failing.outcome.value if failing is not None else "ok",
                     "error": failing.error if failing is not None else None,
                     "preset": seed.story, "recipe": "", "context_len": None, "page_size": None,
+                    "case": json.dumps(data, sort_keys=True),  # what ``confirm_by_walk`` runs again
                 })
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
@@ -219,20 +221,22 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
 
 def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
     """Run one request of the row's setting through a seeded serving run (``workbench.sim``) that
-    replays the row's graph every step, from ``lead`` tokens short of the failing length, and say
-    whether the run fails where the probe said.
+    replays the row's graph every step, from ``lead`` tokens short of the failing length (or, for a
+    row a run does not fail, of the reachable length), and say whether the run does what the row says.
 
     One token is accepted per step up to ``ctx - 2``; the step that crosses the scheduler's cap
     accepts ``overshoot + 1``, so the request rides its last verify at ``ctx - 1 + overshoot``, the
-    reachable length. Confirmed: the graph's first failing replay is at or past the probe's first
-    failing length, and every replay below it passed. A step that replays decode without
+    reachable length. Confirmed, for a reachable failure: the graph's first failing replay is at or
+    past the probe's first failing length, and every replay below it passed; for any other row: no
+    replay failed and the run got to the reachable length. A step that replays decode without
     speculation carries ``s + 1`` (the length after the new token): its committed length is one
     short of the probe's.
     """
     from workbench.sim.simulate import simulate
     from workbench.sim.workload import Acceptance, Request, SimConfig, Workload
 
-    first = int(row.first_failing_seq_len)
+    reachable = row.status == "reachable"
+    first = int(row.first_failing_seq_len) if reachable else int(row.reachable_len)  # else: a run to the cap
     backend = backends.backend_of(str(row.backend))
     g = ServingGeometry(context_len=int(row.context_len), page_size=int(row.page_size), draft_tokens=int(row.draft_tokens),
                         spec_steps=int(row.spec_steps), spec_topk=int(row.spec_topk), draft_has_kv=bool(row.draft_has_kv),
@@ -254,16 +258,48 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
                 passed.append(record.committed[0])
                 continue
             hit = record.committed[0]
-            confirmed = hit >= expected and all(p < expected for p in passed) and table.outcome == row.outcome
+            confirmed = reachable and hit >= expected and all(p < expected for p in passed) and table.outcome == row.outcome
             return {"run_committed_len": hit, "run_outcome": table.outcome, "run_confirmed": confirmed}
-    return {"run_committed_len": None, "run_outcome": "ok", "run_confirmed": False}
+    # No replay failed: a reachable failure was missed; a margin is confirmed when the run got to the cap
+    return {"run_committed_len": max(passed, default=None), "run_outcome": "ok",
+            "run_confirmed": not reachable and bool(passed) and max(passed) >= expected}
 
 
-def confirm_reachable(summary: pd.DataFrame) -> pd.DataFrame:
-    """``summary`` with each reachable failure's serving run beside it (``run_confirmed``); rows of
-    backends that bring their own case have no serving-run model (None: their probe alone)."""
-    results = [confirm_by_run(row) if row.status == "reachable" and backends.is_table_backend(str(row.backend)) else
-               {"run_committed_len": None, "run_outcome": None, "run_confirmed": None} for _, row in summary.iterrows()]
+def confirm_by_walk(row: pd.Series, device: str = "cpu") -> dict[str, object]:
+    """A case backend's row, run again: a request whose length is the scanned field walks one token
+    a step up to the reachable length (``CaseBackend.walk``); a deployment whose scanned field is a
+    launch setting (the indexer's ``max_model_len``) replays the same step from its first decode on,
+    so its run is that step, executed. Confirmed: a reachable failure is hit where the row says; a
+    safe or unreachable row's run gets to the cap with every step passing."""
+    backend = backends.case_backend_of(str(row.backend))
+    case = backend.parse(json.loads(str(row.case)))
+    reachable = row.status == "reachable"
+    if backend.scan_is_request_length:
+        first = int(row.first_failing_seq_len) if reachable else int(row.reachable_len)
+        walked = backend.walk(case, first, int(row.reachable_len), device=device)
+        outcome = walked.failing.outcome.value if walked.failing else "ok"
+        confirmed = (walked.hit == first and outcome == row.outcome) if reachable else walked.hit is None
+        return {"run_model": f"request walk {walked.start}-{walked.stop}",
+                "run_committed_len": walked.hit if walked.hit is not None else walked.stop,
+                "run_outcome": outcome, "run_confirmed": confirmed}
+    step = backend.probe(case, device)
+    confirmed = step.outcome.value == row.outcome if reachable else not step.outcome.failed
+    return {"run_model": "the deployment's step", "run_committed_len": None, "run_outcome": step.outcome.value,
+            "run_confirmed": confirmed}
+
+
+def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with every row's run beside it: ``run_confirmed`` (a reachable failure hit where
+    the row says; a margin or a safe row run to the cap without a failing step), ``run_model`` (which
+    run), ``run_committed_len`` and ``run_outcome``. SGLang's tables run through a seeded serving run
+    (``confirm_by_run``), the case backends (vLLM's) through a request walk or the deployment's step
+    (``confirm_by_walk``)."""
+    results: list[dict[str, object]] = []
+    for _, row in summary.iterrows():
+        if backends.is_table_backend(str(row.backend)):
+            results.append({"run_model": "sglang serving run", **confirm_by_run(row)})
+        else:
+            results.append(confirm_by_walk(row))
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
 
 
@@ -275,7 +311,12 @@ def format_summary(summary: pd.DataFrame) -> str:
         first = "none" if pd.isna(row.first_failing_seq_len) else str(int(row.first_failing_seq_len))
         margin = "" if pd.isna(row.margin) else str(int(row.margin))
         confirmed = getattr(row, "run_confirmed", None)
-        run = "-" if confirmed is None or pd.isna(confirmed) else ("hit" if confirmed else "MISS")
+        if confirmed is None or pd.isna(confirmed):
+            run = "-"
+        elif row.status == "reachable":
+            run = "hit" if confirmed else "MISS"  # the run fails where the row says, or it does not
+        else:
+            run = "cap" if confirmed else "FAIL"  # the run gets to the cap with every step passing, or it fails
         setting = f"{row.preset} {row.recipe} ctx {row.context_len} ps {row.page_size}"
         lines.append(f"{row.backend:<26} {row.engine:<16} {row.mode:<14} {row.rule:<19} {first:>10} {row.reachable_len:>8} "
                      f"{margin:>7}  {row.status:<12} {row.outcome:<16} {run:<5} {setting}")

@@ -72,6 +72,18 @@ class CaseBoundary:
     probes_run: int
 
 
+@dataclass(frozen=True)
+class RequestWalk:
+    """One request of a deployment run step by step: from ``start`` to ``stop`` committed tokens,
+    the deployment's step executed at every length; ``hit`` is the first length whose step failed."""
+
+    start: int
+    stop: int
+    hit: int | None
+    failing: ProbeResult | None
+    steps: int  # steps executed
+
+
 class CaseBackend(ABC, Generic[C]):
     """One engine buffer that parses, probes and bounds its own cases (see the module note)."""
 
@@ -146,6 +158,19 @@ class CaseBackend(ABC, Generic[C]):
         confirmed = failing.outcome.failed and (passing is None or passing.outcome is Outcome.OK)
         return CaseBoundary(low, high, first, failing, passing, confirmed,
                             1 if passing is None else 2)
+
+    def walk(self, case: C, first: int, stop: int, *, lead: int = 16, device: torch.device | str = "cpu") -> RequestWalk:
+        """The run of one request whose length is ``scan_field``: one token a step from ``lead``
+        below ``first`` up to ``stop`` (the longest its scheduler lets it grow), executing the step at
+        every length, until one fails. vLLM's scheduler is not modelled beyond that cap: a request
+        that reaches ``stop`` passes every length below it, which is what a run that hits a failure
+        needs; the walk checks that none of those steps fails first and that the failure lies on the way."""
+        start = max(self.scan_range(case)[0], first - lead)
+        for steps, value in enumerate(range(start, stop + 1), start=1):
+            result = self.probe(self.at(case, value), device)
+            if result.outcome.failed:
+                return RequestWalk(start, stop, value, result, steps)
+        return RequestWalk(start, stop, None, None, max(0, stop - start + 1))
 
     def record(self, result: ProbeResult) -> dict[str, object]:
         """The JSON record of a probe: outcome, error, the buffer's and the table's widths, and the
