@@ -34,14 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import CHROMIUM_ARGS, chromium_or_skip
 
-from workbench.present.report import NOTEBOOKS_DIR, find_chromium, notebook_paths, notebook_test_parameters
+from workbench.present.report import NOTEBOOKS_DIR, notebook_paths, notebook_test_parameters
 
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]
-ENABLE = "install Debian's chromium (apt-get install -y chromium; .ci/run does it) and the test extra (playwright)"
 # From the input event to the new figure and outcome line, in the page.
 REDRAW_TARGET_S = 0.5  # issue 15's target: printed against every measured redraw
 REDRAW_LIMIT_S = 5.0  # asserted: slower than this is broken, however busy the machine
@@ -54,13 +50,7 @@ REDRAWS: list[tuple[str, float]] = []  # every measured redraw, printed at the e
 
 
 def _requirements() -> str:
-    browser = find_chromium()
-    if browser is None:
-        pytest.skip(f"no Chromium found: {ENABLE}")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip(f"playwright is not installed: {ENABLE}")
+    browser = chromium_or_skip()
     if shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is None:
         pytest.skip("jupyterlab is not installed in this environment: install the notebook extra")
     return browser

@@ -13,30 +13,14 @@ import io
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM_ARGS, chromium_or_skip
 
 from workbench.present.report import NO_CHROMIUM, NOTEBOOKS_DIR, build_report, export_pngs, find_chromium
-
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-]
-ENABLE = "install Debian's chromium (apt-get install -y chromium; .ci/run does it) and the test extra (playwright)"
-
-
-def _chromium() -> str:
-    browser = find_chromium()
-    if browser is None:
-        pytest.skip(f"no Chromium found: {ENABLE}")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.skip(f"playwright is not installed: {ENABLE}")
-    return browser
 
 
 @pytest.fixture(scope="module")
 def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    _chromium()
+    chromium_or_skip()
     out = tmp_path_factory.mktemp("report")
     runs = build_report(out, "cpu", io.StringIO(), small=True)
     assert runs and all(run.error is None for run in runs), [run.error for run in runs]
@@ -51,7 +35,7 @@ def test_every_figure_renders_without_console_errors(report_dir: Path) -> None:
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium_or_skip(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
@@ -133,7 +117,7 @@ def test_no_figure_has_overlapping_text_or_an_untitled_axis(report_dir: Path) ->
     figures = sorted(path.stem for path in (report_dir / "figures").glob("*.json"))
     problems: dict[str, object] = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium_or_skip(), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto((report_dir / "index.html").as_uri(), wait_until="load")

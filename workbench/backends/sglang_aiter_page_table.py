@@ -75,6 +75,9 @@ class AiterPageTableBackend(LivePageBackend):
     buffer_name = "cuda_graph_page_table"
     unit = "pages"
     short = "aiter"
+    # The engine default 1, or 64 with the vectorized 5-D KV layout on ROCm
+    # (srt/arg_groups/overrides.py:1341-1363, _page_size_default)
+    page_sizes = (1, 64)
     pad_seq_len = 1
     rules = RULES
     modes = (Mode.TARGET_VERIFY,)

@@ -92,6 +92,9 @@ class TrtllmMhaPageTableBackend(LivePageBackend):
     buffer_name = "page_table"
     unit = "pages"
     short = "trtmha"
+    # 0.5.23 runs trtllm_mha at 16, 32, 64 or 128 and moves any other to 64
+    # (srt/arg_groups/overrides.py:1174-1187, _mla_backend_page_constraints)
+    page_sizes = (16, 32, 64, 128)
     pad_seq_len = 1  # get_cuda_graph_seq_len_fill_value (trtllm_mha_backend.py:1054)
     rules = RULES
     case_fields = frozenset({"path"})

@@ -86,6 +86,9 @@ class TrtllmMlaPageTableBackend(LivePageBackend):
     buffer_name = "decode_cuda_graph_kv_indices"
     unit = "pages"
     short = "trtmla"
+    # 0.5.23 runs trtllm_mla at 32 or 64 and moves any other to 64
+    # (srt/arg_groups/overrides.py:1155-1163, _mla_backend_page_constraints)
+    page_sizes = (32, 64)
     pad_seq_len = 1
     rules = RULES
     modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)

@@ -69,6 +69,9 @@ class XpuPageTableBackend(LivePageBackend):
     buffer_name = "page_table"
     unit = "pages"
     short = "xpu"
+    # 0.5.23 runs intel_xpu at 64 or 128 (MLA also 16, 32) and moves any other to 128
+    # (srt/arg_groups/overrides.py:1324-1337, _intel_xpu_page_constraint)
+    page_sizes = (64, 128)
     pad_seq_len = 1  # get_cuda_graph_seq_len_fill_value (xpu_backend.py:1627)
     rules = RULES
     on_overflow = "silent-overwrite: max_seq_pages comes from max(s) + delta, so pages past the width go into the next row"
