@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +32,16 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "deselect offline with -m 'not engine'")
     config.addinivalue_line("markers", "engine_versions: conformance of every modelled engine version (slow; "
                                        "WORKBENCH_ENGINE_VERSIONS=1)")
+
+
+@pytest.fixture(scope="session")
+def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any], str]:
+    """The whole main job (``make report``), every notebook with its small test parameters, built
+    once for the session: ``test_notebooks`` checks the runs and the page,
+    ``test_report_browser`` opens the page in Chromium. Returns (out, runs, log)."""
+    from workbench.present.report import build_report
+
+    out = tmp_path_factory.mktemp("small-report")
+    log = io.StringIO()
+    runs = build_report(out, "cpu", log, small=True)
+    return out, runs, log.getvalue()

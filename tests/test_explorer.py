@@ -155,3 +155,13 @@ def test_typing_a_batch_row_count_changes_the_batches() -> None:
     ui.controls["max_batch"].value = 6
     assert ui.view is not None and ui.view.case is not None and ui.view.case.seq_lens == (5, 9, 13, 17, 21, 25)
     assert "explored state" in [t.name for t in ui.panel.figure.widget.data]
+
+
+def test_the_rule_and_mode_choices_are_the_backends_own() -> None:
+    """FA3 has no context-plus-draft rule (engines.md 2: blind to the drafts in every release, and the
+    proposed fix is the request table's width); DSA has no draft-decode replay (spec section 3)."""
+    fa3 = Explorer(ExplorerState(component="sglang-fa3-page-table", page_size=1)).controls
+    assert list(fa3["rule"].options) == ["context", "req-to-token"]
+    dsa = Explorer(ExplorerState(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6)).controls
+    assert "draft-decode" not in [value for _, value in dsa["mode"].options]
+    assert list(dsa["rule"].options) == ["context", "context-plus-draft", "req-to-token"]

@@ -7,7 +7,6 @@ so a notebook added to ``notebooks/`` is run without touching this file.
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from workbench.present.report import NOTEBOOKS_DIR, build_report, notebook_paths, notebook_test_parameters, run_papermill
+from workbench.present.report import NOTEBOOKS_DIR, notebook_paths, notebook_test_parameters, run_papermill
 
 NOTEBOOKS = notebook_paths()
 
@@ -41,15 +40,6 @@ def test_notebook_is_committed_without_outputs_and_starts_with_parameters(path: 
     assert "check" in code[1].source or "check_" in code[1].source  # the validation cell
     for cell in code:
         assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
-
-
-@pytest.fixture(scope="module")
-def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any], str]:
-    """The whole main job, every notebook with its small parameters (as ``make report`` runs it)."""
-    out = tmp_path_factory.mktemp("small-report")
-    log = io.StringIO()
-    runs = build_report(out, "cpu", log, small=True)
-    return out, runs, log.getvalue()
 
 
 def test_every_notebook_executes_with_small_parameters(small_report: tuple[Path, list[Any], str]) -> None:

@@ -9,21 +9,21 @@ enable it; no browser is ever downloaded.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from browser import CHROMIUM_ARGS, chromium_or_skip
 
-from workbench.present.report import NO_CHROMIUM, NOTEBOOKS_DIR, build_report, export_pngs, find_chromium
+from workbench.present.report import NO_CHROMIUM, NOTEBOOKS_DIR, export_pngs, find_chromium
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def report_dir(small_report: tuple[Path, list[Any], str]) -> Path:
+    """The session's small report (``conftest.small_report``, shared with ``test_notebooks``)."""
     chromium_or_skip()
-    out = tmp_path_factory.mktemp("report")
-    runs = build_report(out, "cpu", io.StringIO(), small=True)
-    assert runs and all(run.error is None for run in runs), [run.error for run in runs]
+    out, runs, log = small_report
+    assert runs and all(run.error is None for run in runs), log
     return out
 
 

@@ -25,7 +25,7 @@ from workbench.analysis.exact_fit import batch_compositions, exact_fit_case
 from workbench.analysis.probe import probe
 from workbench.analysis.seeds import EXACT_FIT
 from workbench.analysis.sweep import allocator_exact_fit_sweep, request_trace
-from workbench.backends import DEFAULT_COMPONENTS, RULE_NAMES
+from workbench.backends import DEFAULT_COMPONENTS, backend_of
 from workbench.model.allocator import Gather
 from workbench.model.geometry import WIDTH_GENERATIONS, Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
@@ -226,14 +226,15 @@ def _table_controls(start: ExplorerState) -> Controls:
 
     context, presets = length_control(start.context_len, MIN_EXPLORER_CONTEXT, MAX_EXPLORER_CONTEXT,
                                       CONTEXT_PRESETS, "context len")
+    backend = backend_of(start.component)  # its own rules and modes: no choice that is invalid by name
     controls = {
         "context_len": context,
         "page_size": w.SelectionSlider(options=PAGE_SIZES, value=start.page_size, description="page size"),
         "draft_tokens": w.IntSlider(value=start.draft_tokens, min=0, max=32, description="draft tokens"),
         "overshoot": w.IntSlider(value=start.overshoot, min=0, max=8, description="overshoot"),
-        "rule": w.Dropdown(options=RULE_NAMES, value=start.rule, description="rule"),
-        "mode": w.Dropdown(options=[(MODE_LABELS.get(m.value, m.value), m.value) for m in Mode], value=start.mode,
-                           description="mode"),
+        "rule": w.Dropdown(options=list(backend.rules), value=start.rule, description="rule"),
+        "mode": w.Dropdown(options=[(MODE_LABELS.get(m.value, m.value), m.value) for m in backend.modes],
+                           value=start.mode, description="mode"),
         "width_gen": w.Dropdown(options=WIDTH_GENERATIONS, value=start.width_gen, description="width gen"),
     }
     rows = [["context_len", "context_preset", "page_size"], ["draft_tokens", "overshoot"], ["rule", "mode", "width_gen"]]
