@@ -82,7 +82,9 @@ print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summa
 
 # %%
 fig = atlas_figure(summary)
-save_figure(fig, output_dir, "05_atlas")
+save_figure(fig, output_dir, "05_atlas",
+            caption="One row per backend and engine version, one column per graph mode: red, a failure a real run "
+                    "reaches; amber, one past what a run reaches (margin in tokens); green, safe at every committed length.")
 fig
 
 # %%
