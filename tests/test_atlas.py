@@ -127,3 +127,21 @@ def test_the_vllm_crash_reports_are_rows_of_the_atlas() -> None:
     # vLLM 5563 / 8145: a graph row of 512 blocks, 7 lookahead slots: 8186 is the first seq_len past it
     assert set(v0[v0.engine == "vllm==0.6.0"].first_failing_seq_len) == {8186}
     assert set(v0[v0.engine == "vllm==0.6.2"].status) == {"safe"}
+
+
+def test_a_run_that_contradicts_its_row_is_not_confirmed(atlas: pd.DataFrame) -> None:
+    """The confirmation can fail: the FA3 verify that reads past its row at 32753 (the spec's
+    ctx - D + 1 for ctx 32768, D 16), labelled safe, is caught by its run at the cap; and a safe
+    V0 row (0.6.2 truncates) labelled as failing at 8186 is not hit by its walk."""
+    from workbench.analysis.atlas import case_backend_rows, confirm_by_run, confirm_by_walk
+
+    fa3 = _setting(atlas, "sglang-fa3-page-table", "target-verify", "QwQ-32B", "ngram-16", 32768, 1).copy()
+    fa3["status"] = "safe"
+    run = confirm_by_run(fa3)
+    assert (run["run_outcome"], run["run_confirmed"]) == ("silent-overread", False)
+    assert run["run_committed_len"] == 32768 - 16 + 1
+    rows = case_backend_rows()
+    fixed = rows[(rows.backend == "vllm-v0-graph-block-tables") & (rows.engine == "vllm==0.6.2")].iloc[0].copy()
+    fixed["status"], fixed["first_failing_seq_len"], fixed["outcome"] = "reachable", 8186, "shape-error"
+    walked = confirm_by_walk(fixed)
+    assert (walked["run_outcome"], walked["run_confirmed"]) == ("ok", False)
