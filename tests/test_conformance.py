@@ -74,3 +74,9 @@ def test_missing_wheel_is_one_line_and_exit_2(tmp_path: pytest.TempPathFactory, 
 def test_unknown_version_is_refused() -> None:
     with pytest.raises(ValueError, match="not a modelled version"):
         conformance.behaviour("sglang==0.0.1")
+
+
+def test_a_vllm_version_is_refused_with_where_its_check_runs() -> None:
+    """The worker loads SGLang's functions: a vLLM version used to print a table of skipped rows."""
+    with pytest.raises(ValueError, match="'vllm==0.23.0' is not an SGLang version.*tests/test_vllm.py"):
+        conformance.behaviour("vllm==0.23.0")

@@ -36,6 +36,9 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
     engine's own source-patcher format, for a behaviour no release carries).
     """
     data = json.loads(path.read_text())
+    if not engine.startswith("sglang=="):  # the worker loads SGLang's functions; vLLM's run elsewhere
+        raise ValueError(f"engine: {engine!r} is not an SGLang version: this command runs SGLang's functions; "
+                         "vLLM's own code is checked by tests/test_vllm.py (tests/vllm_released.py, cached wheels)")
     for version in data.get("versions", []):
         if version.get("engine") == engine:
             entries = version.get("conformance", {})
