@@ -3,7 +3,8 @@
 Everything outside this package asks the registry (``backend_of``, ``table_backends``,
 ``is_case_backend``, ``case_backend_of``) and never branches on a backend's name. Adding a backend
 is one module plus one line in ``_MODULES`` (``_GATHER_MODULES`` for an allocator's ``alloc_decode``
-gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``).
+gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``,
+``_POOLED_MODULES`` for flat buffers pooled across a batch: ``pooled.py``).
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.backends import (
+    sglang_aiter_kv_indices,
     sglang_aiter_page_table,
     sglang_ascend_block_tables,
     sglang_cuda_allocator,
     sglang_dsa_page_table,
     sglang_fa3_page_table,
+    sglang_flashinfer_kv_indices,
+    sglang_flashinfer_mla_kv_indices,
     sglang_flashmla_page_table,
     sglang_npu_allocator,
+    sglang_triton_kv_indices,
     sglang_trtllm_mha_page_table,
     sglang_trtllm_mla_page_table,
     sglang_xpu_page_table,
@@ -29,6 +34,7 @@ from workbench.backends import (
 from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
 from workbench.backends.gather import DecodeGather
+from workbench.backends.pooled import PooledBackend, PooledBuffer
 
 _MODULES = (
     sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
@@ -38,6 +44,9 @@ _MODULES = (
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 
 _CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_ascend_block_table)
+
+_POOLED_MODULES = (sglang_flashinfer_kv_indices, sglang_flashinfer_mla_kv_indices, sglang_triton_kv_indices,
+                   sglang_aiter_kv_indices)
 
 TABLE_BACKENDS: tuple[TableBackend, ...] = tuple(m.BACKEND for m in _MODULES)
 _BY_NAME: dict[str, TableBackend] = {
@@ -52,6 +61,22 @@ RULE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(r for b in TABLE_BACKENDS for 
 CASE_BACKENDS: tuple[CaseBackend[Any], ...] = tuple(m.BACKEND for m in _CASE_MODULES)
 _CASE_BY_NAME: dict[str, CaseBackend[Any]] = {b.name: b for b in CASE_BACKENDS}
 CASE_COMPONENTS: tuple[str, ...] = tuple(_CASE_BY_NAME)
+
+
+POOLED_BACKENDS: tuple[PooledBackend, ...] = tuple(m.BACKEND for m in _POOLED_MODULES)
+_POOLED_BY_NAME: dict[str, PooledBackend] = {b.name: b for b in POOLED_BACKENDS}
+
+
+def is_pooled_backend(name: str) -> bool:
+    """Whether ``name`` is a backend of flat buffers pooled across a batch (``pooled.py``)."""
+    return name in _POOLED_BY_NAME
+
+
+def pooled_backend_of(name: str) -> PooledBackend:
+    try:
+        return _POOLED_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"component: {name!r} is not one of {', '.join(_POOLED_BY_NAME)}") from None
 
 
 GATHERS: dict[str, DecodeGather] = {g.name: g for m in _GATHER_MODULES for g in m.GATHERS}
@@ -148,8 +173,10 @@ def allocator_seeds() -> tuple[Seed, ...]:
 
 __all__ = [
     "BackendCase", "CASE_BACKENDS", "CASE_COMPONENTS", "CaseBackend", "CaseSeed", "DEFAULT_COMPONENTS",
-    "DEFAULT_GATHERS", "DecodeGather", "GATHERS", "GATHER_NAMES", "RULE_NAMES", "Seed", "SizingRule", "TABLE_BACKENDS",
+    "DEFAULT_GATHERS", "DecodeGather", "GATHERS", "GATHER_NAMES", "POOLED_BACKENDS", "PooledBackend", "PooledBuffer",
+    "RULE_NAMES", "Seed", "SizingRule", "TABLE_BACKENDS",
     "TABLE_COMPONENTS", "TableBackend", "all_names", "allocator_seeds", "backend_of", "case_backend_of", "case_seeds",
     "check_rule", "check_rule_name", "device_gathers", "engine_backends", "gather_of", "is_case_backend",
-    "is_table_backend", "launched_backends", "seeds", "table_backends",
+    "is_pooled_backend", "is_table_backend", "launched_backends", "pooled_backend_of", "seeds",
+    "table_backends",
 ]

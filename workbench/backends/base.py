@@ -155,8 +155,7 @@ class TableBackend(ABC):
         more verify and multi-token acceptance can pass the cap, by ``overshoot`` tokens (spec
         section 1: one and two are seen in crash reports). The request table's bound caps it too.
         """
-        cap = geometry.context_len - 1 + (overshoot if geometry.speculative else 0)
-        return max(1, min(geometry.max_committed_len(mode, step_id), cap))
+        return reachable_committed_len(geometry, mode, step_id, overshoot=overshoot)
 
     # ---- one step -------------------------------------------------------------------------------
 
@@ -229,6 +228,13 @@ class TableBackend(ABC):
     def table_bytes(self, geometry: ServingGeometry, width: int, mode: Mode, *, hybrid_swa: bool = False) -> int:
         """Bytes of the buffers ``init_cuda_graph_state`` makes for a table ``width`` wide."""
         return self.graph_rows(geometry, mode) * width * INT32_BYTES
+
+
+def reachable_committed_len(geometry: ServingGeometry, mode: Mode, step_id: int = 0, *, overshoot: int = 2) -> int:
+    """SGLang's scheduler cap plus the speculative overshoot, within what the request table holds
+    (``TableBackend.reachable_len`` says where each part is read)."""
+    cap = geometry.context_len - 1 + (overshoot if geometry.speculative else 0)
+    return max(1, min(geometry.max_committed_len(mode, step_id), cap))
 
 
 def buffer_tensors(buffers: Buffers) -> list[torch.Tensor]:

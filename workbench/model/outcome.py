@@ -12,6 +12,9 @@ class Outcome(str, enum.Enum):
     INDEX_ERROR = "index-error"  # a gather read past its tensor
     SILENT_OVERREAD = "silent-overread"  # nothing raised, but a kernel reads past a row or list
     SILENT_OVERWRITE = "silent-overwrite"  # nothing raised, but a replay wrote past a row into the next one
+    # The engine's own host check refused the step (``assert_buffer_fits``): an AssertionError in the
+    # forward pass, so the server process dies, loudly, where an unchecked write would have overflowed.
+    HOST_ASSERT = "host-assert"
     OUT_OF_MEMORY = "out-of-memory"  # the allocator returned None, as designed
     INVALID = "invalid"  # not a state the engine can be in
     CRASHED = "crashed"  # an isolated probe's child died or hung; the error says how (not an engine verdict)
@@ -22,7 +25,8 @@ class Outcome(str, enum.Enum):
         return self in FAILURES
 
 
-FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD, Outcome.SILENT_OVERWRITE})
+FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD, Outcome.SILENT_OVERWRITE,
+                      Outcome.HOST_ASSERT})
 
 
 @dataclass(frozen=True)

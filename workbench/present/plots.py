@@ -17,10 +17,12 @@ from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
 from workbench.present.verdicts import NOT_APPLICABLE, VERDICT_COLOURS, VERDICTS, with_verdicts
 
-OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "silent-overwrite", "invalid")
+OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "silent-overwrite", "host-assert",
+            "invalid")
 OUTCOME_COLOURS = {
     "ok": "#2e7d32", "out-of-memory": "#7f7f7f", "shape-error": "#c62828", "index-error": "#6a1b9a",
-    "silent-overread": "#ef6c00", "silent-overwrite": "#8c564b", "invalid": "#bcbd22",
+    "silent-overread": "#ef6c00", "silent-overwrite": "#8c564b", "host-assert": "#d81b60",
+    "invalid": "#bcbd22",
 }
 FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
 WIDTH = 1100  # every figure is drawn for this width (the report page and the PNGs)
