@@ -109,6 +109,19 @@ summary[columns]
 # - **The DSA page table of 0.5.23 (`W` wide, static replay) is safe** at every committed length.
 # - **Every SGLang table sized by the context alone fails the same way**: XPU writes the extra page
 #   into the next request's row (a **silent overwrite**), TRT-LLM MHA/MLA and AITER read past it.
+# - **The flat `kv_indices` buffers fail per batch, not per request** (FlashInfer, FlashInfer MLA,
+#   Triton, AITER: mode `draft-decode` is the multi-step EAGLE drafter's graph buffer,
+#   `draft-decode-eager` the one it allocates per call without a graph). They have no row per
+#   request: what must fit is the sum over the batch, so a row's first failing length is that of
+#   its worst batch, every request at one length (`batch`: the graph's `max_bs`, or one request for
+#   a buffer sized per call), and it needs a KV pool of `pool_tokens` to form. SGLang 0.5.10 sized
+#   FlashInfer's draft buffer without the `topk` factor: QwQ-32B with EAGLE (5, 4, 8) and a full
+#   bucket writes past it from `s = 32768 / 4 - 5 + 1 = 8188`, a quarter of the context (a **silent
+#   overwrite**). 0.5.14 added the factor and an `assert`: the same batch within `steps` tokens of
+#   the context end now stops the server (**host-assert**) instead. The Triton and AITER drafters
+#   never check: there the same batch, and in eager mode a single request, writes past the buffer.
+#   FlashInfer MLA's verify (0.5.18 on) raises torch's size error for a full bucket at `ctx - D + 1`.
+#   We know of no public report of any of these.
 # - **vLLM's crash reports are rows too**: 46074 (the DSA indexer's unaligned buffer at
 #   `max_model_len` 350000) fails on 0.23.0 and not on 0.33.0; 5563 (V0's graph block tables at
 #   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are
@@ -134,3 +147,13 @@ if not engines:
     assert set(worst("vllm-indexer-block-table", "vllm==0.23.0").status) == {"reachable"}
     assert set(worst("vllm-indexer-block-table", "vllm==0.33.0").status) == {"safe"}
     assert set(worst("vllm-v0-graph-block-tables", "vllm==0.6.0").first_failing_seq_len) == {8186}
+if not engines or "sglang==0.5.10" in engines:  # the flat draft buffer before the topk factor
+    old = worst("sglang-flashinfer-kv-indices", "sglang==0.5.10").set_index("mode").loc["draft-decode"]
+    assert (old.outcome, old.status) == ("silent-overwrite", "reachable"), old
+    assert old.first_failing_seq_len == old.context_len // old.spec_topk - old.spec_steps + 1, old
+fixed = worst("sglang-flashinfer-kv-indices").set_index("mode").loc["draft-decode"]
+assert (fixed.outcome, fixed.first_failing_seq_len) == ("host-assert", fixed.context_len - fixed.spec_steps + 1), fixed
+triton = worst("sglang-triton-kv-indices")
+assert set(triton.outcome) == {"silent-overwrite"} and set(triton.status) == {"reachable"}, triton
+assert triton.set_index("mode").loc["draft-decode-eager"].batch == 1  # one request is enough
+

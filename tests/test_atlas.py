@@ -40,13 +40,22 @@ def _named_by_0523() -> set[str]:
     return {b.label for b in table_backends() if "rule" in version.case_fields(b.name)}
 
 
+def _pooled_named_by(engine: str) -> set[str]:
+    """The pooled backends (flat kv_indices) whose buffers data/engines.json records for ``engine``."""
+    from workbench.backends import POOLED_BACKENDS
+    from workbench.engines.versions import engine_version
+
+    version = engine_version(engine)
+    return {b.name for b in POOLED_BACKENDS if version.case_fields(b.name)}
+
+
 def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atlas: pd.DataFrame) -> None:
     assert {"npu-block-table", "dsa-page-table", "sglang-fa3-page-table"} <= _named_by_0523()
-    assert set(atlas.backend) == _named_by_0523()
+    assert set(atlas.backend) == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
     assert set(atlas[atlas.backend == "dsa-page-table"]["mode"]) == {"decode", "target-verify", "draft-extend"}
     assert set(atlas[atlas.backend == "npu-block-table"]["mode"]) == {"decode", "target-verify", "draft-decode",
                                                                        "draft-extend"}
-    assert len(atlas) == len(configurations(["sglang==0.5.23"]))
+    assert (atlas.buffer_unit != "entries").sum() == len(configurations(["sglang==0.5.23"]))
     assert atlas.context_len.max() == 1048576  # GLM-5.2 at its own context
 
 
@@ -105,7 +114,7 @@ def test_the_command_prints_summary_rows_as_json() -> None:
     done = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.5.23", "--json", "--no-runs"],
                           capture_output=True, text=True, check=True)
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {r["backend"] for r in rows} == _named_by_0523()
+    assert {r["backend"] for r in rows} == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
     for r in rows:
         assert {"first_failing_seq_len", "reachable_len", "margin", "status", "outcome", "error"} <= set(r)
     bad = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.0.0"],
@@ -145,3 +154,43 @@ def test_a_run_that_contradicts_its_row_is_not_confirmed(atlas: pd.DataFrame) ->
     fixed["status"], fixed["first_failing_seq_len"], fixed["outcome"] = "reachable", 8186, "shape-error"
     walked = confirm_by_walk(fixed)
     assert (walked["run_outcome"], walked["run_confirmed"]) == ("ok", False)
+
+
+def test_the_pooled_buffers_fail_per_batch_and_their_runs_hit_where_the_rows_say() -> None:
+    """The flat kv_indices rows (tests/test_pooled_kv_indices.py has their arithmetic): 0.5.10's
+    FlashInfer draft buffer without the topk factor fails at 32768 / 4 - 5 + 1 = 8188 for QwQ-32B
+    with EAGLE (5, 4, 8) and a full bucket of 32, unchecked (an overwrite); 0.5.14 on asserts at
+    32768 - 5 + 1 = 32764; Triton never checks; AITER's verify gained D of slack in 0.5.14."""
+    frame = run_atlas(["sglang==0.5.10", "sglang==0.5.23"])
+    summary = confirm_by_runs(summarize(frame)).set_index(["backend", "engine", "mode"])
+    old = summary.loc[("sglang-flashinfer-kv-indices", "sglang==0.5.10", "draft-decode")]
+    assert (old.first_failing_seq_len, old.batch, old.outcome, old.status) == (8188, 32, "silent-overwrite", "reachable")
+    assert (old.preset, old.recipe, old.pool_tokens) == ("QwQ-32B", "eagle-5-4-8", 32 * 8188)
+    new = summary.loc[("sglang-flashinfer-kv-indices", "sglang==0.5.23", "draft-decode")]
+    assert (new.first_failing_seq_len, new.outcome) == (32764, "host-assert")
+    assert new.error.startswith("AssertionError: EAGLE draft kv_indices row (size max_bs * topk * max_context_len): "
+                                f"used {32 * 4 * (32764 + 5)} > capacity {32 * 4 * 32768}")
+    eager = summary.loc[("sglang-triton-kv-indices", "sglang==0.5.23", "draft-decode-eager")]
+    assert (eager.batch, eager.outcome, eager.status) == (1, "silent-overwrite", "reachable")  # one request suffices
+    aiter = summary.loc[("sglang-aiter-kv-indices", "sglang==0.5.10", "target-verify")]
+    assert aiter.first_failing_seq_len == aiter.context_len - aiter.draft_tokens + 1 and aiter.status == "reachable"
+    pooled = summary[summary.buffer_unit == "entries"]
+    assert pooled.boundary_confirmed.dropna().astype(bool).all() and pooled.run_confirmed.astype(bool).all()
+    assert set(pooled[pooled.status == "reachable"].run_committed_len) <= set(pooled.first_failing_seq_len)
+
+
+def test_a_pooled_row_that_contradicts_its_batch_is_not_confirmed() -> None:
+    """The walk can fail: a reachable row labelled one token later is hit one token early, and a
+    row labelled safe meets its failure on the way to the cap."""
+    from workbench.analysis.pooled_atlas import confirm_by_batch_walk
+
+    summary = summarize(run_atlas(["sglang==0.5.23"]))
+    row = summary[(summary.backend == "sglang-triton-kv-indices") & (summary["mode"] == "draft-decode-eager")].iloc[0]
+    assert confirm_by_batch_walk(row)["run_confirmed"]
+    late = row.copy()
+    late["first_failing_seq_len"] = row.first_failing_seq_len + 1
+    assert confirm_by_batch_walk(late)["run_confirmed"] is False
+    safe = row.copy()
+    safe["status"] = "safe"
+    walked = confirm_by_batch_walk(safe)
+    assert (walked["run_outcome"], walked["run_confirmed"]) == ("silent-overwrite", False)

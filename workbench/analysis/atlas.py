@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
+from workbench.analysis import pooled_atlas
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
@@ -62,13 +63,13 @@ def _recipes(preset: ModelPreset) -> dict[str, dict[str, object]]:
     }
 
 
-def settings(backend: TableBackend, width_gen: str, presets: Sequence[ModelPreset]) -> list[Setting]:
+def settings(page_sizes: Sequence[int], width_gen: str, presets: Sequence[ModelPreset]) -> list[Setting]:
     out = []
     for preset in presets:
         contexts = sorted({preset.context_len, *(c for c in COMMON_CONTEXTS if c < preset.context_len)})
         for ctx in contexts:
             for recipe, spec in _recipes(preset).items():
-                for ps in backend.page_sizes:
+                for ps in page_sizes:
                     g = preset.geometry.replace(context_len=ctx, page_size=ps, width_gen=width_gen, **spec)
                     out.append(Setting(preset, recipe, g))
     return out
@@ -104,7 +105,7 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
             if "rule" not in fields:
                 continue  # the version's data says nothing of this backend: no row rather than a guess
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
-            for setting in settings(backend, str(fields.get("width_gen", "g1")), presets):
+            for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
                 for mode, step_id in _modes(backend, setting.geometry):
                     case = TableCase(component=backend.label, geometry=setting.geometry, rule=str(fields["rule"]),
                                      mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
@@ -166,8 +167,22 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_
     parts: dict[int, list[dict[str, object]]] = {}
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
         parts[index] = rows
-    frame = pd.DataFrame([row for i in sorted(parts) for row in parts[i]])
-    return frame.astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+    rows = [row for i in sorted(parts) for row in parts[i]] + _pooled_rows(engines, presets, overshoot)
+    return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+
+
+def _pooled_rows(engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
+                 overshoot: int) -> list[dict[str, object]]:
+    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version."""
+    versions = load_versions()
+    chosen = [versions[e] for e in engines] if engines else list(versions.values())
+    presets = list(presets) if presets is not None else load_presets()
+    rows = []
+    for version in chosen:
+        grid = settings(pooled_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
+        for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
+            rows.append(pooled_atlas.row(config, overshoot))
+    return rows
 
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
@@ -207,16 +222,18 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """One row per backend, version and mode: its worst setting (reachable before unreachable before
-    safe; the smallest margin among equals), with the count of settings of each status."""
+    safe; the smallest margin among equals), with the count of settings of each status. A pooled
+    buffer's worst setting is executed here (its other settings have the closed form only)."""
     rank = frame.status.map({s: i for i, s in enumerate(STATUS_ORDER)})
     ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"])
     keys = ["backend", "engine", "mode"]
     worst = ordered.groupby(keys, sort=False).head(1).drop(columns=["_rank", "_margin"])
     counts = frame.groupby(keys).status.value_counts().unstack(fill_value=0)
     counts = counts.reindex(columns=list(STATUS_ORDER), fill_value=0).add_prefix("settings_").reset_index()
-    return worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
+    summary = worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
+    return pooled_atlas.confirmed_summary_rows(summary, device)
 
 
 def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
@@ -298,6 +315,8 @@ def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
     for _, row in summary.iterrows():
         if backends.is_table_backend(str(row.backend)):
             results.append({"run_model": "sglang serving run", **confirm_by_run(row)})
+        elif backends.is_pooled_backend(str(row.backend)):
+            results.append(pooled_atlas.confirm_by_batch_walk(row))
         else:
             results.append(confirm_by_walk(row))
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
