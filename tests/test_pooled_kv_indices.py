@@ -97,7 +97,7 @@ def test_an_unchecked_draft_row_spills_into_the_next_steps_row_then_past_the_buf
     g = ServingGeometry(context_len=10, page_size=1, draft_tokens=4, spec_steps=3, max_bs=1)
     buffer = backends.pooled_backend_of("sglang-triton-kv-indices").buffer("draft-decode")
     at8 = buffer.probe(g, "max-bs-topk-ctx", "none", [8])
-    assert at8.error == "silent overwrite: request 0 wrote 1 entries past its kv_indices row into past the end of the buffer"
+    assert at8.error == "silent overwrite: request 0 wrote 1 entries past its kv_indices row and past the end of the buffer"
     at9 = buffer.probe(g, "max-bs-topk-ctx", "none", [9])
     assert at9.error == "silent overwrite: request 0 wrote 1 entries past its kv_indices row into row 2"
     assert buffer.probe(g, "max-bs-topk-ctx", "none", [7]).outcome.value == "ok"

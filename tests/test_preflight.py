@@ -128,9 +128,47 @@ def test_fa3_deployment_reaches_its_silent_overread() -> None:
 
 
 def test_an_unmodelled_backend_is_undecided_not_safe() -> None:
-    result = check("python -m sglang.launch_server --model-path Qwen/QwQ-32B", gpu="other")  # flashinfer
-    assert result.status == UNDECIDED and "flashinfer" in result.verdict
-    assert _run(["check", "--gpu", "other", "--cmd", "python -m sglang.launch_server --model-path Qwen/QwQ-32B"])[0] == 3
+    command = "python -m sglang.launch_server --model-path Qwen/QwQ-32B --attention-backend torch_native"
+    result = check(command)
+    assert result.status == UNDECIDED and "torch_native" in result.verdict
+    assert _run(["check", "--cmd", command])[0] == 3
+    # FlashInfer without speculation: its flat buffers cannot overflow and are not rows; still not SAFE
+    plain = check("python -m sglang.launch_server --model-path Qwen/QwQ-32B", gpu="other")
+    assert plain.status == UNDECIDED and not plain.rows
+
+
+EAGLE_TOPK4 = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --speculative-algorithm EAGLE "
+               "--speculative-draft-model-path d --speculative-num-steps 5 --speculative-eagle-topk 4 "
+               "--speculative-num-draft-tokens 8")
+
+
+def test_flashinfer_eagle_draft_buffers_assert_within_steps_of_the_context_end() -> None:
+    """FlashInfer (topk 4 on hopper), 0.5.23: the draft buffer is max_bs * topk * ctx entries and the
+    step row written last needs topk * (s + steps) per request, checked by assert_buffer_fits: a full
+    bucket (32) fails from s = 32768 - 5 + 1, inside the reach ctx - 1 + 2; the eager buffer, sized
+    per call, for one request at the same length."""
+    result = check(EAGLE_TOPK4)
+    rows = {r.mode: r for r in result.rows if r.kind == "pooled"}
+    assert result.status == FAILS and set(rows) == {"draft-decode", "draft-decode-eager", "target-verify"}
+    graph, eager = rows["draft-decode"], rows["draft-decode-eager"]
+    assert (graph.width, graph.first_failing, graph.outcome, graph.reach) == (32 * 4 * 32768, 32764, "host-assert", 32769)
+    assert graph.message == ("AssertionError: EAGLE draft kv_indices row (size max_bs * topk * max_context_len): "
+                             f"used {32 * 4 * (32764 + 5)} > capacity {32 * 4 * 32768} "
+                             f"(bs={32 * 4}, seq_lens_sum={32 * 32764})")
+    assert (eager.width, eager.first_failing, eager.outcome) == (4 * 32768, 32764, "host-assert")
+    assert rows["target-verify"].first_failing is None  # D * ctx of room per request
+    assert graph.fix is not None and graph.fix.extra_bytes == 32 * 4 * (32769 + 5 - 32768) * 5 * 4
+
+
+def test_triton_draft_buffers_are_never_checked_and_run_eagerly_too() -> None:
+    """Triton writes the same rows without a check (a silent overwrite past the buffer); with graphs
+    disabled only the per-call buffer is a row, and it still fails (ctx - steps + 1, GLM-5 EAGLE 3/1/4)."""
+    command = "python -m sglang.launch_server --model-path zai-org/GLM-5 --attention-backend triton --speculative-algorithm EAGLE"
+    result = check(command)
+    graph = next(r for r in result.rows if r.mode == "draft-decode")
+    assert (graph.outcome, graph.first_failing, graph.reachable) == ("silent-overwrite", 202752 - 3 + 1, True)
+    eager = check(command + " --disable-cuda-graph")
+    assert [r.mode for r in eager.rows if r.kind == "pooled"] == ["draft-decode-eager"] and eager.status == FAILS
 
 
 def test_allocator_before_the_third_fix_reaches_the_exact_fit() -> None:

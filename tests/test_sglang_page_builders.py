@@ -137,7 +137,7 @@ def test_the_last_row_writes_past_the_buffer_and_the_message_says_so() -> None:
     result = probe(parse_case({"component": XPU, "rule": "context", "context_len": 64, "page_size": 16,
                                "draft_tokens": 4, "seq_lens": [20, 62], "mode": "target-verify"}))
     assert result.outcome.value == "silent-overwrite"
-    assert result.error == "silent overwrite: request 1 wrote 1 entries past its page_table row into past the end of the buffer"
+    assert result.error == "silent overwrite: request 1 wrote 1 entries past its page_table row and past the end of the buffer"
     into_padded = probe(parse_case({"component": XPU, "rule": "context", "context_len": 64, "page_size": 16,
                                     "draft_tokens": 4, "seq_lens": [62, 20], "mode": "target-verify", "max_bs": 4}))
     assert into_padded.error == "silent overwrite: request 0 wrote 1 entries past its page_table row into row 1"

@@ -81,7 +81,7 @@ TRTLLM_MHA_EAGER_SEED = Seed(
     story="the same step on the eager path: ctx 8000 (B 125 pages, not a multiple of 64) lets page 125 spill",
     before={**_CASE, "context_len": 8000, "seq_lens": [7998], "path": EAGER, "rule": "context"},
     after={**_CASE, "context_len": 8000, "seq_lens": [7998], "path": EAGER, "rule": "req-to-token"},
-    expected_error="silent overwrite: request 0 wrote 1 entries past its page_table row into past the end of the buffer",
+    expected_error="silent overwrite: request 0 wrote 1 entries past its page_table row and past the end of the buffer",
 )
 
 

@@ -40,9 +40,9 @@ class Overwrite:
     entries: int
 
     def message(self, buffer_name: str) -> str:
-        into = f"row {self.row}" if self.row is not None else "past the end of the buffer"
+        into = f"into row {self.row}" if self.row is not None else "and past the end of the buffer"
         return (f"silent overwrite: request {self.writer} wrote {self.entries} entries past its {buffer_name} "
-                f"row into {into}")
+                f"row {into}")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from workbench.preflight.deployment import Deployment, launch_data
 from workbench.preflight.flags import PreflightError
 from workbench.preflight.resolve_sglang import resolve_sglang
 from workbench.preflight.resolve_vllm import resolve_vllm
-from workbench.preflight.rows import Row, allocator_rows, case_rows, table_rows, unmodelled
+from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 DEFAULT_GPU = "hopper"
@@ -66,7 +66,9 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     failing = [r for r in rows if r.reachable]
     if failing:
         first = failing[0]
-        where = f"{first.mode} at committed length {first.first_failing}" if first.kind == "table" else "an exactly full pool"
+        where = {"table": f"{first.mode} at committed length {first.first_failing}",
+                 "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)"
+                 }.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
                        f"{first.outcome} in {where}")
     if not deployment.graphs:
@@ -75,7 +77,7 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         shown = "; the rows shown do not fail" if rows else ""
         return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.version.engine} sets up for "
                            f"{', '.join(missing)}{shown}")
-    if not any(r.kind == "table" for r in rows):
+    if not any(r.kind in ("table", "pooled") for r in rows):
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
     margins = [(r.margin, r) for r in rows if r.margin is not None]
     if margins:
@@ -92,6 +94,7 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
                          overshoot=overshoot, gpu=gpu)
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
     rows += case_rows(deployment, device) if deployment.graphs else []
+    rows += pooled_rows(deployment, device)
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
     status, verdict = _verdict(deployment, rows, missing)

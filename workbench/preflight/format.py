@@ -19,7 +19,8 @@ def _bytes(n: int) -> str:
 
 
 def _fix_line(fix: Fix, unit: str) -> str:
-    what = f"rule {fix.rule} [{fix.change}]" if fix.rule else "a table wider than every rule of the backend"
+    what = f"rule {fix.rule} [{fix.change}]" if fix.rule else (
+        fix.change if unit == "entries" else "a table wider than every rule of the backend")
     share = f", {fix.share_of_kv_budget * 100:.3g}% of the KV budget" if fix.share_of_kv_budget is not None else ""
     if unit == "free pages":
         return f"fix: gather {fix.rule} [{fix.change}]: no bytes"

@@ -7,6 +7,10 @@ outcome and torch's message there, the largest committed length a run reaches
 (``analysis.reach``) and the margin between them. A failing row a run reaches gets a fix: the
 narrowest of the backend's rules that a run cannot reach a failure of, with its bytes.
 
+A pooled row is one flat ``kv_indices`` buffer shared by a batch (``backends/pooled.py``): its
+first failing length is that of its worst batch, every request at one length (a graph's
+``max_bs``, one request for a buffer sized per call, which a run meets with or without graphs).
+
 An allocator row is ``alloc_decode`` on an exactly full free pool (the scheduler admits one:
 ``available_size() >= needed``) with the gather the version ships for the device.
 """
@@ -22,7 +26,7 @@ from workbench.analysis.boundary import Boundary, BoundaryError, PredictionMisma
 from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.analysis.memory import min_safe_width
 from workbench.analysis.reach import Reach, reach
-from workbench.backends.base import TableBackend
+from workbench.backends.base import INT32_BYTES, TableBackend
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode
@@ -44,7 +48,7 @@ class Fix:
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # "table" or "allocator"
+    kind: str  # "table", "pooled" or "allocator"
     backend: str  # the registry name, or the gather for an allocator row
     buffer: str  # the engine's attribute: "block_tables", "page_table", "alloc_decode"
     mode: str  # a table mode, or "exact-fit"
@@ -211,6 +215,49 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
     return rows
 
 
+def _launched_pooled(deployment: Deployment) -> list[backends.PooledBackend]:
+    names = set(deployment.launch_names)
+    return [b for b in backends.POOLED_BACKENDS if b.engine == deployment.version.family
+            and b.device_family == deployment.device_family and names & set(b.launch_names)]
+
+
+def pooled_rows(deployment: Deployment, device: str) -> list[Row]:
+    """Every pooled buffer the deployment writes: the version's data names its capacity rule and
+    check, the buffer is written by the model's attention, and its mode is one the run steps through."""
+    g, rows = deployment.geometry, []
+    modes = {mode for mode, _ in deployment.modes}
+    for backend in _launched_pooled(deployment):
+        fields = deployment.version.backend_fields(backend.name)
+        for buffer in backend.buffers:
+            entry = fields.get(buffer.key)
+            if (not isinstance(entry, dict) or buffer.attention not in ("any", deployment.model.attention)
+                    or buffer.applies(g) is not None or (not buffer.per_call and (not deployment.graphs or buffer.mode not in modes))):
+                continue
+            rule, check = str(entry["rule"]), str(entry["check"])
+            first = buffer.first_failure(g, rule)
+            where = reach(deployment.reach_rule, g, buffer.mode, 0)
+            batch = buffer.worst_batch(g)
+            result = buffer.probe(g, rule, check, [first] * batch, device) if first is not None else None
+            size = buffer.graph_bytes(g, rule)
+            fix = None
+            if where.reaches(first):
+                safe = buffer.safe_bytes(g, where.largest_committed)
+                budget = deployment.kv_budget_bytes
+                fix = Fix(None, safe // (INT32_BYTES * buffer.rows(g)), safe, safe - size,
+                          safe / budget if budget else None,
+                          f"a buffer that holds {batch} request{'s' if batch > 1 else ''} at the reachable length")
+            rows.append(Row(
+                kind="pooled", backend=backend.name, buffer="kv_indices", mode=buffer.key,
+                step_id=buffer.rows(g) - 1, rule=rule,
+                rule_source=deployment.version.backend_source(backend.name, buffer.key),
+                width=buffer.capacity(g, rule, batch), unit="entries", first_failing=first,
+                outcome=result.outcome.value if result else "ok", message=result.error if result else None,
+                reach=where.largest_committed, margin=where.margin(first), reachable=where.reaches(first), bytes=size,
+                fix=fix, replay=check,
+            ))
+    return rows
+
+
 class PreflightRowError(ValueError):
     """A backend could not build the step the deployment replays (a modelling gap, said as one line)."""
 
@@ -222,6 +269,7 @@ def _int_or_none(value: object) -> int | None:
 def unmodelled(deployment: Deployment) -> list[str]:
     """What the deployment sets up that no registered backend models."""
     launched = backends.launched_backends(deployment.version.family, deployment.launch_names, deployment.device_family)
-    covered = {n for b in launched for n in b.launch_names} | {n for b in _launched_case_backends(deployment)
-                                                                for n in b.launch_names}
+    covered = ({n for b in launched for n in b.launch_names}
+               | {n for b in _launched_case_backends(deployment) for n in b.launch_names}
+               | {n for b in _launched_pooled(deployment) for n in b.launch_names})
     return [n for n in deployment.launch_names if n not in covered]
