@@ -14,7 +14,8 @@ from workbench.analysis.cases import TableCase
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = {"machine", "executor", "verified_configs", "verified_by_component", "verified_seconds",
           "verified_configs_per_s", "closed_form_configs_per_s", "step_by_step_configs", "step_by_step_over_fast",
-          "alloc_decode_us_batch_256", "simulated_requests_per_s", "peak_rss_mb", "atlas_settings", "atlas_seconds"}
+          "alloc_decode_us_batch_256", "simulated_requests_per_s", "peak_rss_mb", "atlas_settings", "atlas_seconds",
+          "atlas_rows", "atlas_runs_seconds"}
 
 
 def test_bench_json_has_every_field() -> None:
