@@ -36,6 +36,9 @@ class Check:
     functions: tuple[str, ...]
     pairs: Pairs
     triton: tuple[str, ...] = field(default=())  # functions that run a Triton kernel
+    # function -> the workbench backend whose model the row runs, where that model stands for the
+    # versions whose entry in data/engines.json lists the backend only (the worker skips the others)
+    backends: Mapping[str, str] = field(default_factory=dict)
 
     def needs_triton(self, function: str) -> bool:
         return function in self.triton
