@@ -452,7 +452,8 @@ CHECKS = (
                        "PagedTokenToKVPoolAllocator.alloc_extend[torch]"), _cuda_alloc_pairs,
           triton=("PagedTokenToKVPoolAllocator.alloc_decode[triton]", "PagedTokenToKVPoolAllocator.alloc_extend[triton]")),
     Check(("metadata",), ("metadata.normal_decode_set_metadata",), _fa3_pairs,
-          triton=("metadata.normal_decode_set_metadata",)),
+          triton=("metadata.normal_decode_set_metadata",),
+          backends={"metadata.normal_decode_set_metadata": "sglang-fa3-page-table"}),
     *_builder_checks(),
 )
 
