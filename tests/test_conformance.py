@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
+from functools import partial
 
 import pytest
 
-from workbench.engines import conformance, wheels
+from workbench.backends import backend_of
+from workbench.engines import checks, conformance, wheels, worker
+from workbench.engines import model_calls as mc
 from workbench.engines.versions import DEFAULT_VERSIONS
 
 ENGINE = "sglang==0.5.23"
-TRITON_ROWS = ("[triton]", "normal_decode_set_metadata")  # may be skipped where triton is absent
+TRITON_ROWS = {f for check in checks.CHECKS for f in check.triton}  # may be skipped where triton is absent
+BUILDER_ROWS = tuple(checks.BUILDERS)
 
 
 def _fetch_or_skip(engine: str) -> None:
@@ -34,11 +39,98 @@ def test_sglang_0_5_23_agrees_on_every_function() -> None:
     by_function = {row["function"]: row for row in rows}
     for function, row in by_function.items():
         if row["skipped"]:
-            assert any(mark in function for mark in TRITON_ROWS), f"{function} skipped: {row['skipped']}"
+            assert function in TRITON_ROWS, f"{function} skipped: {row['skipped']}"
             continue
         assert row["states"] >= 1000, f"{function}: only {row['states']} states"
         assert row["agree"] == row["states"], f"{function}: {json.dumps(row['first_disagreement'])[:2000]}"
     assert len([r for r in rows if not r["skipped"]]) >= 13
+
+
+BUILDER_STATES = 200  # random states per row: about 7 s a row under the interpreter (38 s for XPU at 1000)
+
+
+@pytest.mark.engine
+def test_sglang_0_5_23_page_builders_agree_under_the_interpreter() -> None:
+    """The engine's Triton page-table builders (XPU, TRT-LLM MHA graph and eager, FlashMLA, TRT-LLM
+    MLA, AITER) against the backends' replays, spill included, on the worked cases and 200 states."""
+    _fetch_or_skip(ENGINE)
+    if wheels.triton_dir() is None:
+        pytest.skip(f"triton is not cached in {wheels.cache_root() / 'triton'} (workbench conformance --triton fetches it)")
+    rows = conformance.run_version(ENGINE, states=BUILDER_STATES, triton=None, only=BUILDER_ROWS)
+    assert [row["function"] for row in rows] == list(BUILDER_ROWS)
+    seeds = 0
+    for row in rows:
+        assert row["skipped"] is None, f"{row['function']} skipped: {row['skipped']}"
+        assert row["states"] >= BUILDER_STATES + 2, f"{row['function']}: only {row['states']} states"
+        assert row["agree"] == row["states"], f"{row['function']}: {json.dumps(row['first_disagreement'])[:2000]}"
+        assert all(seed["agree"] and seed["outcome"] == "ok" for seed in row["seeds"]), row["seeds"]
+        seeds += len(row["seeds"])
+    assert seeds == 2 * len(checks.BUILDER_SEEDS) == 20  # the ten worked cases, each also reversed
+
+
+@pytest.mark.engine
+def test_rows_of_a_backend_skip_versions_whose_data_do_not_list_it() -> None:
+    """0.5.18's entry lists no FA3, XPU, TRT-LLM, FlashMLA or AITER table: their rows say so, before
+    any import (its builders live elsewhere, sglang.kernels.ops.kvcache; its FA3 kernel takes one
+    argument more, strided_indices, which the row's call would report as a disagreement)."""
+    _fetch_or_skip("sglang==0.5.18")
+    gated = {function: backend for check in checks.CHECKS for function, backend in check.backends.items()}
+    assert set(gated) == {"metadata.normal_decode_set_metadata", *BUILDER_ROWS}
+    rows = conformance.run_version("sglang==0.5.18", states=1, triton=None, only=tuple(gated))
+    assert [row["function"] for row in rows] == list(gated)
+    for row in rows:
+        assert row["skipped"] == (f"sglang==0.5.18's entry in data/engines.json does not list {gated[row['function']]}: "
+                                  "its model stands for the versions whose entry does")
+
+
+def _builder_answers(function: str, count: int) -> list[tuple[checks.st.State, dict, dict]]:
+    b, _ = conformance.behaviour(ENGINE)
+    states = list(checks._builder_states(function, b, random.Random(f"0:{function}"), count))
+    tables = [mc.request_tables(state, seed=i) for i, state in enumerate(states)]
+    return [(state, t, mc.model_page_builder(state, t, cache_seqlens=True)) for state, t in zip(states, tables)]
+
+
+def test_a_replay_that_does_not_spill_is_counted_as_a_disagreement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """XPU's replay made to stop at the row's end, compared with the real one's answers (standing
+    in for the engine's): the worked case with its lengths reversed is the first to part, at the
+    row below the batch, where the long request's fifth page lands."""
+    function = "metadata.normal_decode_set_metadata[xpu]"
+    answers = _builder_answers(function, 30)
+    monkeypatch.setattr(type(backend_of(checks.XPU)), "write_limit", lambda self, case, width: width)
+    pairs = [(state, lambda a=answer: a, partial(mc.model_page_builder, state, t, cache_seqlens=True))
+             for state, t, answer in answers]
+    row = worker.compare(ENGINE, function, pairs)
+    assert 0 < row["agree"] < row["states"] == len(answers)
+    first = row["first_disagreement"]
+    assert first["state"]["seq_lens"] == [20, 62] and first["where"].startswith("page_table at [2, 0]: ")
+    assert first["where"].endswith(" vs -7")
+
+
+# Which wrong replays each row's states tell from the right one: a replay stopping at the row's
+# end ("no spill") and one storing every live page ("spill all"), where the row's own is neither.
+TELLS = {
+    "metadata.normal_decode_set_metadata[xpu]": {"no spill"},
+    "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": {"spill all"},
+    "trtllm_mha_page_table.build_trtllm_mha_page_table": {"no spill", "spill all"},
+    "kv_indices.create_flashmla_kv_indices_triton[flashmla]": {"no spill", "spill all"},
+    "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]": {"spill all"},
+    "aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel": {"no spill", "spill all"},
+}
+
+
+@pytest.mark.parametrize("function", BUILDER_ROWS)
+def test_page_builder_states_tell_a_wrong_bound_apart(function: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows' states reach the row's end: some of them part a replay with the wrong bound on
+    its stores from the backend's own (in the table compared, spill included)."""
+    answers = _builder_answers(function, 150)
+    backend = type(backend_of(checks.BUILDERS[function].component))
+    told = set()
+    for name, limit in (("no spill", lambda self, case, width: width), ("spill all", lambda self, case, width: None)):
+        with monkeypatch.context() as patch:
+            patch.setattr(backend, "write_limit", limit)
+            if any(mc.model_page_builder(state, t, cache_seqlens=True) != answer for state, t, answer in answers):
+                told.add(name)
+    assert told == TELLS[function]
 
 
 def _modelled_versions() -> list[str]:

@@ -320,27 +320,6 @@ def test_the_kernel_like_read_runs_over_the_padded_row() -> None:
     assert probe_table(case, kernel_read=False).outcome.value == "silent-overread"
 
 
-# ---- the engine's own kernels ------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_the_engines_triton_builders_agree_with_the_replays() -> None:
-    """scripts/check_sglang_page_builders.py runs the engine's kernels under TRITON_INTERPRET=1;
-    it needs triton in a cache folder and the unpacked wheel (WORKBENCH_SGLANG_SRC)."""
-    import os
-    from pathlib import Path
-
-    src = os.environ.get("WORKBENCH_SGLANG_SRC")
-    if not src or not (Path.home() / ".cache/workbench/triton/triton").exists():
-        pytest.skip("needs WORKBENCH_SGLANG_SRC (the unpacked sglang wheel) and triton in ~/.cache/workbench/triton")
-    script = Path(__file__).parent.parent / "scripts" / "check_sglang_page_builders.py"
-    run = subprocess.run([sys.executable, str(script), "--src", src], capture_output=True, text=True, timeout=600)
-    if run.returncode == 77:
-        pytest.skip(run.stdout.strip())
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("\nok ") + run.stdout.startswith("ok ") == 10, run.stdout
-
-
 def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_own_colour() -> None:
     from workbench.analysis.sweep import request_trace
     from workbench.present.plots import request_trace_plot

@@ -21,8 +21,9 @@ Not modelled here: the flat ``cuda_graph_kv_indices`` (pooled over the batch,
 draft-decode path (``_build_unified_page_table_from_spec``, not traced).
 
 Checked against: the kernel's code, read and restated in plain Python in
-``tests/test_sglang_page_builders.py``; the Triton kernel under the interpreter in
-``scripts/check_sglang_page_builders.py`` where Triton is installed.
+``tests/test_sglang_page_builders.py``; the engine's Triton kernel itself under the interpreter
+by ``workbench conformance`` (row ``aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel``)
+where triton is cached.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ page 129 is stored at row 1, column 0: overwrite. Under G1 (W = 8208) no verify 
 First failing committed length: ``B * 64 - delta + 1``, the generic closed form.
 
 Checked against: the kernel's code, read and restated in plain Python in
-``tests/test_sglang_page_builders.py``; the Triton kernel under the interpreter in
-``scripts/check_sglang_page_builders.py`` where Triton is installed.
+``tests/test_sglang_page_builders.py``; the engine's Triton kernel itself under the interpreter
+by ``workbench conformance`` (row ``kv_indices.create_flashmla_kv_indices_triton[flashmla]``)
+where triton is cached.
 """
 
 from __future__ import annotations

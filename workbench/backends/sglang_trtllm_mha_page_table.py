@@ -29,8 +29,10 @@ Graph: 4 stored, cache_seqlens 66 > 64: over-read. Eager: the grid covers 256 pa
 stored at row 1, column 0 (past the buffer for a batch of one).
 
 Checked against: the two kernels' code, read and restated in plain Python in
-``tests/test_sglang_page_builders.py``; the Triton kernels under the interpreter in
-``scripts/check_sglang_page_builders.py`` where Triton is installed.
+``tests/test_sglang_page_builders.py``; the engine's Triton kernels themselves under the
+interpreter by ``workbench conformance`` (rows
+``trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata``, the graph path, and
+``trtllm_mha_page_table.build_trtllm_mha_page_table``, eager) where triton is cached.
 """
 
 from __future__ import annotations

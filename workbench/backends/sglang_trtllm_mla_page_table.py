@@ -19,8 +19,9 @@ The engine's ``128 // ps`` is 0 for ``ps > 128`` (``lcm(0, n) = 0``, and ``block
 and the kernel's ``tl.arange`` needs a power of two: page sizes are powers of two up to 128.
 
 Checked against: the padding rule computed independently in ``tests/test_sglang_page_builders.py``
-(``math.lcm`` as the engine), the kernel restated there in plain Python, and the Triton kernel
-under the interpreter in ``scripts/check_sglang_page_builders.py`` where Triton is installed.
+(``math.lcm`` as the engine), the kernel restated there in plain Python, and the engine's Triton
+kernel itself under the interpreter by ``workbench conformance`` (row
+``kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]``) where triton is cached.
 """
 
 from __future__ import annotations

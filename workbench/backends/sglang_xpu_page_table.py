@@ -17,8 +17,9 @@ Engine (0.5.23): ``srt/layers/attention/xpu_backend.py`` 1631-1650 (the buffer),
 offsets per mode), 1760-1770 (``max_seq_len_k = max(s) + offset``), 1845-1883 (the kernel call
 with ``max_seq_pages`` from it); the kernel in ``kernels/ops/attention/metadata.py`` 195-290,
 which asserts a power-of-two page size (536). Checked against: the kernel's code read line by line
-and restated in plain Python in ``tests/test_sglang_page_builders.py`` (the kernel itself needs
-Triton; see ``scripts/check_sglang_page_builders.py`` for the run under ``TRITON_INTERPRET=1``).
+and restated in plain Python in ``tests/test_sglang_page_builders.py``, and the kernel itself
+under ``TRITON_INTERPRET=1`` by ``workbench conformance`` (row
+``metadata.normal_decode_set_metadata[xpu]``) where triton is cached.
 """
 
 from __future__ import annotations

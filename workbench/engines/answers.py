@@ -20,6 +20,10 @@ Answer = dict[str, Any]
 
 MADE_HERE = "_made_by_conformance"  # set on the engine objects conformance builds with object.__new__
 
+# The fill of the page tables both sides of a page-builder row start from: no builder stores it,
+# so an entry still -7 is one the kernel (or the replay) did not write.
+UNWRITTEN = -7
+
 
 class Moved(RuntimeError):
     """The engine version has no method of the shape conformance calls (its signature moved)."""

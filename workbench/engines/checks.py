@@ -20,11 +20,13 @@ from typing import Any
 import torch
 
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
+from workbench.backends import backend_of
 from workbench.engines import model_calls as mc
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, Moved
-from workbench.model.geometry import Mode
+from workbench.model.cases import TableCase
+from workbench.model.geometry import Mode, cdiv
 
 Pair = tuple[st.State, Callable[[], Answer], Callable[[], Answer]]
 Pairs = Callable[[str, Mapping[str, ModuleType], Mapping[str, Any], random.Random, int], Iterator[Pair]]
@@ -36,6 +38,9 @@ class Check:
     functions: tuple[str, ...]
     pairs: Pairs
     triton: tuple[str, ...] = field(default=())  # functions that run a Triton kernel
+    # function -> the workbench backend whose model the row runs, where that model stands for the
+    # versions whose entry in data/engines.json lists the backend only (the worker skips the others)
+    backends: Mapping[str, str] = field(default_factory=dict)
 
     def needs_triton(self, function: str) -> bool:
         return function in self.triton
@@ -49,7 +54,11 @@ MODULE_PATHS = {
     "fbi": "sglang.srt.model_executor.forward_batch_info",
     "npu_alloc": "sglang.srt.hardware_backend.npu.allocator_npu",
     "paged": "sglang.srt.mem_cache.allocator.paged",
-    "fa3_meta": "sglang.kernels.ops.attention.metadata",
+    "metadata": "sglang.kernels.ops.attention.metadata",
+    "trtllm_mha_graph": "sglang.kernels.ops.attention.trtllm_mha_graph_metadata",
+    "trtllm_mha_page_table": "sglang.kernels.ops.attention.trtllm_mha_page_table",
+    "kv_indices": "sglang.kernels.ops.attention.kv_indices",
+    "aiter_page_table": "sglang.kernels.ops.attention.aiter_unified_page_table",
 }
 
 
@@ -250,8 +259,180 @@ def _fa3_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any],
         near = [max(1, min(top, first + rng.randint(-2, 1))) for _ in state["seq_lens"]]
         state["seq_lens"] = near if i % 3 else [rng.randint(1, top) for _ in state["seq_lens"]]
         tables = mc.request_tables(state, seed=i)
-        yield (state, partial(ec.engine_fa3_replay, m["fa3_meta"], state, tables, width, look),
+        yield (state, partial(ec.engine_fa3_replay, m["metadata"], state, tables, width, look),
                partial(mc.model_fa3_replay, state, tables, width, look))
+
+
+# ---- page-table builders: XPU, TRT-LLM MHA (graph, eager), FlashMLA, TRT-LLM MLA, AITER ---
+
+XPU, TRT_MHA, FLASHMLA, TRT_MLA, AITER = (
+    "sglang-xpu-page-table", "sglang-trtllm-mha-page-table", "sglang-flashmla-page-table",
+    "sglang-trtllm-mla-page-table", "sglang-aiter-page-table")
+
+
+@dataclass(frozen=True)
+class Builder:
+    """One of the engine's Triton page-table builders, as one backend path calls it, and the
+    workbench backend whose ``replay`` stands for it."""
+
+    module: str  # key into MODULE_PATHS
+    component: str  # the workbench backend
+    engine: Callable[..., Answer]  # sglang_calls: (module, state, tables, width, delta) -> Answer
+    page_sizes: tuple[int, ...]  # those the kernel and the backend allow
+    # tokens one program of the builder's grid covers at page size ps (where the grid, not the
+    # width, bounds a row's stores), or None: random contexts then go near its multiples too
+    grid_tokens: Callable[[int], int] | None = None
+    cache_seqlens: bool = False  # the kernel writes cache_seqlens (compared too)
+    path: str | None = None  # TRT-LLM MHA's ``path`` option
+
+
+BUILDERS: dict[str, Builder] = {
+    # the kernel asserts a power-of-two page size (metadata.py:536); XPU runs 64/128 (MLA 16/32)
+    "metadata.normal_decode_set_metadata[xpu]": Builder(
+        "metadata", XPU, ec.engine_xpu_page_table, (1, 2, 16, 64, 128), cache_seqlens=True),
+    # the backend's case check: 4096 % ps == 0 (the eager builder asserts it); 0.5.23 runs 16-128
+    "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": Builder(
+        "trtllm_mha_graph", TRT_MHA, ec.engine_trtllm_mha_graph, (1, 2, 16, 32, 64, 128, 256),
+        cache_seqlens=True, path="graph"),
+    "trtllm_mha_page_table.build_trtllm_mha_page_table": Builder(
+        "trtllm_mha_page_table", TRT_MHA, ec.engine_trtllm_mha_eager, (1, 2, 16, 32, 64, 128, 256, 1024),
+        grid_tokens=lambda ps: 4096, path="eager"),
+    "kv_indices.create_flashmla_kv_indices_triton[flashmla]": Builder(
+        "kv_indices", FLASHMLA, ec.engine_flashmla_kv_indices, (64,), grid_tokens=lambda ps: 4096),
+    # _calc_padded_blocks needs 128 // ps > 0 and tl.arange a power of two
+    "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]": Builder(
+        "kv_indices", TRT_MLA, ec.engine_trtllm_mla_kv_indices, (1, 2, 16, 32, 64, 128), grid_tokens=lambda ps: 4096),
+    # any page size; AITER runs 1 or 64
+    "aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel": Builder(
+        "aiter_page_table", AITER, ec.engine_aiter_verify, (1, 2, 16, 64), grid_tokens=lambda ps: 1024 * ps),
+}
+
+# The worked cases (engines.md's CPU run: ps 16, a row of 4 pages, a verify reading 66 tokens,
+# which XPU, TRT-LLM MHA eager, FlashMLA and AITER store into the next row and TRT-LLM MHA's
+# graph kernel stops at; and the grids' edge cases): function, page size, width in pages,
+# committed lengths, D (each a target verify). Each is also tried with its lengths reversed: the
+# interpreter runs a kernel's programs in batch order, so a first request's spill into row 1 is
+# overwritten by row 1's own stores and its table equals one without the spill (9 of these 10
+# cases); reversed, the long request is the last one and its spill lands in the row below the
+# batch, which no request's own stores cover.
+BUILDER_SEEDS: tuple[tuple[str, int, int, tuple[int, ...], int, str], ...] = (
+    ("metadata.normal_decode_set_metadata[xpu]", 16, 4, (62, 20), 4,
+     "engines.md: ps 16, 4 pages, a verify reading 66 tokens stores a fifth page into row 1"),
+    ("metadata.normal_decode_set_metadata[xpu]", 1, 8, (10, 3, 8), 2,
+     "ps 1, 8 pages: rows 0 and 2 store 4 and 2 pages past their ends"),
+    ("trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata", 16, 4, (62, 20), 4,
+     "engines.md: the graph kernel stops at the row's end (max_seq_pages = 4)"),
+    ("trtllm_mha_page_table.build_trtllm_mha_page_table", 16, 4, (62, 20), 4,
+     "engines.md: the eager builder's grid of 256 pages lets page 4 into row 1"),
+    ("trtllm_mha_page_table.build_trtllm_mha_page_table", 1024, 4, (4100, 5), 4,
+     "ps 1024: 4 pages are the grid's one program, the store stops at the row's end"),
+    ("trtllm_mha_page_table.build_trtllm_mha_page_table", 1024, 3, (3100, 5), 4,
+     "ps 1024: 3 pages, the grid's program of 4 stores page 3 into row 1"),
+    ("kv_indices.create_flashmla_kv_indices_triton[flashmla]", 64, 3, (190, 70), 4,
+     "FlashMLA: 3 pages, a program of 64 stores page 3 into row 1"),
+    ("kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]", 64, 64, (4094, 70), 4,
+     "TRT-LLM MLA: 64 pages (padded), the grid ends at the row's end"),
+    ("aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel", 16, 4, (62, 20), 4,
+     "engines.md: the verify scatter's program of 1024 pages stores page 4 into row 1"),
+    ("aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel", 1, 1024, (1022, 5), 4,
+     "ps 1, 1024 pages: the grid ends at the row's end, no spill"),
+)
+
+
+def _rows_for(state: st.State, width: int, look: int) -> int:
+    """Rows the table needs so that every store lands in it: the batch's and as many below as
+    the longest spill reaches (one at least), since the kernels' stores are bounded by each
+    request's live pages ``cdiv(s + look, ps)`` and never by the row."""
+    ps = state["page_size"]
+    reach = [i + cdiv(cdiv(s + look, ps), width) for i, s in enumerate(state["seq_lens"])]
+    return max(len(state["seq_lens"]) + 1, *reach)
+
+
+def _builder_seeds(function: str) -> Iterator[st.State]:
+    builder = BUILDERS[function]
+    cases = [(name, ps, width, lens, d, story) for name, ps, width, seq_lens, d, story in BUILDER_SEEDS
+             for lens, story in ((seq_lens, story),
+                                 (seq_lens[::-1], f"{story} (lengths reversed: the last request's spill, if any, "
+                                                  "lands below the batch)"))]
+    for name, ps, width, seq_lens, d, story in cases:
+        if name != function:
+            continue
+        state: st.State = {"component": builder.component, "context_len": width * ps, "page_size": ps,
+                           "draft_tokens": d, "spec_steps": 1, "spec_topk": 1, "draft_has_kv": True,
+                           "width_gen": "g1", "max_bs": 1, "mode": "target-verify", "step_id": 0,
+                           "hybrid_swa": False, "rule": "context", "seq_lens": list(seq_lens), "width": width,
+                           "columns": max((width + 2) * ps, max(seq_lens) + d), "seed": story}
+        if builder.path:
+            state["path"] = builder.path
+        yield {**state, "rows": _rows_for(state, width, d)}
+
+
+def _builder_context(rng: random.Random, builder: Builder, ps: int) -> int:
+    """16-2048 tokens (small widths: the interpreter runs one program per row and block); where
+    the builder's grid bounds its stores, half the contexts are near one or two of the grid's
+    programs instead, where the grid's end meets the row's end (or just misses it)."""
+    if builder.grid_tokens is not None and rng.random() < 0.5:
+        return max(16, rng.randint(1, 2) * builder.grid_tokens(ps) + rng.randint(-2 * ps, 2 * ps))
+    return rng.randint(16, 2048)
+
+
+def _builder_states(function: str, b: Mapping[str, Any], rng: random.Random, count: int) -> Iterator[st.State]:
+    """The worked cases, then ``count`` seeded states: widths from the version's sizing rule,
+    a third of the batches anywhere below the row's end, the others at it (the first length whose
+    read passes the row, -2 .. +2), in every mode the backend has a graph for."""
+    builder = BUILDERS[function]
+    backend = backend_of(builder.component)
+    modelled = b.get("backends", {})
+    if builder.component not in modelled:
+        raise Moved(f"this version's entry in data/engines.json does not list {builder.component}")
+    rule = str(modelled[builder.component].get("rule", "context"))
+    yield from _builder_seeds(function)
+    modes = tuple(mode.value for mode in backend.modes)
+    for i in range(count):
+        while True:
+            state = st.table_state(rng, modes=modes)
+            ps = rng.choice(builder.page_sizes)
+            state = {**state, "component": builder.component, "context_len": _builder_context(rng, builder, ps),
+                     "page_size": ps, "hybrid_swa": False, "rule": rule, **({"path": builder.path} if builder.path else {})}
+            g = st.geometry_of({**state, "max_bs": 1})
+            mode = Mode.parse(state["mode"])
+            case = TableCase(component=builder.component, geometry=g, rule=rule, mode=mode, step_id=state["step_id"],
+                             options=(("path", builder.path),) if builder.path else ())
+            if backend.case_problem(case) is None:  # AITER's unified verify: topk 1 only
+                break
+        width = backend.width(g, rule)
+        look = g.lookahead(mode, state["step_id"])
+        top = g.max_committed_len(mode, state["step_id"])
+        first = width * ps - look + 1  # the first length whose read passes the row
+        near = [max(1, min(top, first + rng.randint(-2, 2))) for _ in state["seq_lens"]]
+        state["seq_lens"] = near if i % 3 else [rng.randint(1, top) for _ in state["seq_lens"]]
+        state["width"] = width
+        yield {**state, "rows": _rows_for(state, width, look)}
+
+
+def _builder_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                   count: int) -> Iterator[Pair]:
+    """The engine's builder (interpreted) filling a view of the first ``bs`` rows of a taller
+    table, against the backend's ``replay`` on a ``PagedTable`` of the same shape: the tables,
+    spill included, must be equal entry for entry.
+
+    Every state the count asks for is run: at 1000 random states a row takes 15-40 s under the
+    interpreter on one core (measured: XPU's fused kernel the slowest), so none is capped.
+    """
+    builder = BUILDERS[function]
+    for i, state in enumerate(_builder_states(function, b, rng, count)):
+        look = st.geometry_of(state).lookahead(Mode.parse(state["mode"]), state["step_id"])
+        tables = mc.request_tables(state, seed=i)
+        yield (state, partial(builder.engine, m[builder.module], state, tables, state["width"], look),
+               partial(mc.model_page_builder, state, tables, cache_seqlens=builder.cache_seqlens))
+
+
+def _builder_checks() -> Iterator[Check]:
+    """One check per kernel module, one row per builder in it."""
+    for module in dict.fromkeys(builder.module for builder in BUILDERS.values()):
+        functions = tuple(f for f, builder in BUILDERS.items() if builder.module == module)
+        yield Check((module,), functions, _builder_pairs, triton=functions,
+                    backends={f: BUILDERS[f].component for f in functions})
 
 
 CHECKS = (
@@ -270,7 +451,9 @@ CHECKS = (
                        "PagedTokenToKVPoolAllocator.alloc_decode[torch]",
                        "PagedTokenToKVPoolAllocator.alloc_extend[torch]"), _cuda_alloc_pairs,
           triton=("PagedTokenToKVPoolAllocator.alloc_decode[triton]", "PagedTokenToKVPoolAllocator.alloc_extend[triton]")),
-    Check(("fa3_meta",), ("metadata.normal_decode_set_metadata",), _fa3_pairs,
-          triton=("metadata.normal_decode_set_metadata",)),
+    Check(("metadata",), ("metadata.normal_decode_set_metadata",), _fa3_pairs,
+          triton=("metadata.normal_decode_set_metadata",),
+          backends={"metadata.normal_decode_set_metadata": "sglang-fa3-page-table"}),
+    *_builder_checks(),
 )
 

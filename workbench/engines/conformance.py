@@ -30,6 +30,10 @@ SPECIAL = ("module_paths", "patch", "wheel", "torchvision")  # conformance entri
 def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
     """The model settings that stand for ``engine``, and how to load it.
 
+    The first also holds ``backends``: the backends the version's entry lists, each with its
+    settings (``{"sglang-xpu-page-table": {"rule": "context"}, ...}``); a row whose model is one
+    of the backends runs only for the versions that list it (``Check.backends``).
+
     The second dict holds ``module_paths`` (modules that moved in this version), ``wheel`` (the
     released version whose code is loaded; a patched variant such as
     ``sglang==0.5.14+dsa-width-w`` names its base) and ``patch`` (a one-line edit in the
@@ -43,6 +47,8 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
         if version.get("engine") == engine:
             entries = version.get("conformance", {})
             settings = {name: entry["value"] for name, entry in entries.items() if name not in SPECIAL}
+            settings["backends"] = {backend: {name: entry["value"] for name, entry in fields.items()}
+                                    for backend, fields in version.get("backends", {}).items()}
             load = {name: entries[name]["value"] for name in SPECIAL if name in entries}
             return settings, load
     known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
@@ -103,7 +109,8 @@ def disagrees(row: Row) -> bool:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    lines = [f"{'engine':<16} {'function':<52} {'states':>6} {'agree':>6}  first disagreement / skipped"]
+    wide = max([52, *(len(row["function"]) for row in rows)])
+    lines = [f"{'engine':<16} {'function':<{wide}} {'states':>6} {'agree':>6}  first disagreement / skipped"]
     for row in rows:
         if row["skipped"]:
             note = f"skipped: {row['skipped']}"
@@ -113,7 +120,7 @@ def format_table(rows: Sequence[Row]) -> str:
                     f" / state {json.dumps(d['state'])[:200]}")
         else:
             note = ""
-        lines.append(f"{row['engine']:<16} {row['function']:<52} {row['states']:>6} {row['agree']:>6}  {note}")
+        lines.append(f"{row['engine']:<16} {row['function']:<{wide}} {row['states']:>6} {row['agree']:>6}  {note}")
     return "\n".join(lines)
 
 

@@ -12,12 +12,14 @@ from typing import Any
 
 import torch
 
+from workbench.backends import backend_of
+from workbench.backends.page_writes import PagedTable
 from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
 from workbench.backends.sglang_dsa_page_table import DsaPageTable
-from workbench.engines.answers import Answer, catching, none, ok, tensor
+from workbench.engines.answers import UNWRITTEN, Answer, catching, none, ok, tensor
 from workbench.engines.states import State, geometry_of
 from workbench.model.allocator import Gather, PagedAllocator
-from workbench.model.cases import Replay
+from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, cdiv
 
 Behaviour = Mapping[str, Any]
@@ -39,10 +41,12 @@ def request_tables(state: State, seed: int) -> dict[str, torch.Tensor]:
     """``req_to_token`` (bs + 1, W) int32 with every row full, page aligned, on shuffled pages.
 
     Row 0 is the dummy row; row r holds logical page k in physical page ``pages[r - 1, k]``, so
-    ``req_to_token[r, k * ps + j] = pages[r - 1, k] * ps + j``. Also ``full_to_swa``.
+    ``req_to_token[r, k * ps + j] = pages[r - 1, k] * ps + j``. Also ``full_to_swa``. A state may
+    give the table's width itself (``columns``: a seed case whose lengths its geometry's ``W``
+    does not hold).
     """
     g = geometry_of(state)
-    ps, width, bs = g.page_size, g.request_table_width, len(state["seq_lens"])
+    ps, width, bs = g.page_size, state.get("columns", g.request_table_width), len(state["seq_lens"])
     per_row = cdiv(width, ps)
     gen = torch.Generator().manual_seed(seed)
     pages = (torch.randperm(bs * per_row, generator=gen) + 1).view(bs, per_row)  # (bs, per_row) int64
@@ -163,4 +167,23 @@ def model_fa3_replay(state: State, tables: dict[str, torch.Tensor], width: int, 
         t = Fa3PageTable.of_width(width, state["page_size"], rows=bs)
         t.replay(tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"], delta)
         return ok(page_table=tensor(t.page_table), cache_seqlens=tensor(t.cache_seqlens))
+    return catching(call)
+
+
+def model_page_builder(state: State, tables: dict[str, torch.Tensor], *, cache_seqlens: bool) -> Answer:
+    """The backend's ``replay`` on a ``PagedTable`` of the engine side's shape (``state["rows"]``
+    rows, ``state["width"]`` wide, every entry ``UNWRITTEN``): the table, spill included, and
+    the first ``bs`` entries of ``cache_seqlens`` where the engine's kernel writes them."""
+    def call() -> Answer:
+        bs = len(state["seq_lens"])
+        table = PagedTable.of_width(state["width"], state["page_size"], rows=state["rows"], fill=UNWRITTEN)
+        case = TableCase(component=state["component"], geometry=geometry_of(state), rule=state["rule"],
+                         mode=Mode.parse(state["mode"]), seq_lens=tuple(state["seq_lens"]), step_id=state["step_id"],
+                         options=(("path", state["path"]),) if "path" in state else ())
+        backend_of(case.component).replay(table, tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"],
+                                          case, num_slots=0)
+        answer = ok(page_table=tensor(table.page_table))
+        if cache_seqlens:
+            answer["cache_seqlens"] = tensor(table.cache_seqlens[:bs])
+        return answer
     return catching(call)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from workbench.engines.answers import MADE_HERE, Answer, Moved, catching, none, ok, tensor
+from workbench.engines.answers import MADE_HERE, UNWRITTEN, Answer, Moved, catching, none, ok, tensor
 from workbench.engines.states import State, geometry_of
 from workbench.model.geometry import Mode
 
@@ -394,4 +394,117 @@ def engine_fa3_replay(meta: ModuleType, state: State, tables: dict[str, torch.Te
             cache_seqlens, cu_seqlens_k, page_table, tables["req_to_token"], torch.arange(1, bs + 1),
             width, torch.tensor(state["seq_lens"], dtype=torch.int64), delta, state["page_size"])
         return ok(page_table=tensor(page_table), cache_seqlens=tensor(cache_seqlens))
+    return catching(call)
+
+
+# ---- page-table builders (Triton kernels, interpreted) ------------------------------------
+#
+# Each builder fills a view of the first ``bs`` rows of a taller table (``state["rows"]`` rows,
+# ``width`` wide, every entry ``UNWRITTEN``): a store past a row's end lands in the rows below,
+# where it is seen (a spill past the batch's last row would otherwise go to foreign memory, which
+# the interpreter does not stop). The arguments are those the backend's replay passes; ``delta``
+# is what it adds to ``seq_lens`` (D in a verify, ``step_id + 1`` in a draft step, 0 otherwise).
+
+
+def _builder_buffers(state: State, tables: dict[str, torch.Tensor], width: int) -> tuple[
+        int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """bs, the backing table, req_pool_indices (rows 1..bs of req_to_token), seq_lens, req_to_token."""
+    bs = len(state["seq_lens"])
+    backing = torch.full((state["rows"], width), UNWRITTEN, dtype=torch.int32)
+    return (bs, backing, torch.arange(1, bs + 1, dtype=torch.int64),
+            torch.tensor(state["seq_lens"], dtype=torch.int64), tables["req_to_token"])
+
+
+def engine_xpu_page_table(meta: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                          delta: int) -> Answer:
+    """XPU's graph replay: ``normal_decode_set_metadata`` with ``max_seq_pages`` from the batch's
+    own maximum (xpu_backend.py 1764-1770 ``max_seq_len_k = max(s) + offset``, 1867-1883)."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        ps = state["page_size"]
+        cache = torch.zeros(bs, dtype=torch.int32)
+        meta.normal_decode_set_metadata(
+            cache_seqlens_int32=cache, cu_seqlens_k=torch.zeros(bs + 1, dtype=torch.int32), page_table=backing[:bs],
+            req_to_token=req_to_token, req_pool_indices=rows, max_seq_pages=(max(state["seq_lens"]) + delta + ps - 1) // ps,
+            seq_lens=lens, seq_len_delta=delta, page_size=ps)
+        return ok(page_table=tensor(backing), cache_seqlens=tensor(cache))
+    return catching(call)
+
+
+def engine_trtllm_mha_graph(graph: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                            delta: int) -> Answer:
+    """TRT-LLM MHA's graph replay: ``update_trtllm_mha_graph_metadata`` with ``max_seq_pages =
+    max_num_pages``, the buffer's width (trtllm_mha_backend.py 1013-1030). The draft-extend
+    graph's ``cu_seqlens_q`` ramp (q_mode strided) is left out: it is not compared."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        cache = torch.zeros(bs, dtype=torch.int32)
+        graph.update_trtllm_mha_graph_metadata(
+            req_pool_indices=rows, seq_lens=lens, req_to_token=req_to_token, cache_seqlens=cache,
+            cu_seqlens_k=torch.zeros(bs + 1, dtype=torch.int32), page_table=backing[:bs], bs=bs, seqlen_offset=delta,
+            max_seq_pages=width, page_size=state["page_size"])
+        return ok(page_table=tensor(backing), cache_seqlens=tensor(cache))
+    return catching(call)
+
+
+def engine_trtllm_mha_eager(builder: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                            delta: int) -> Answer:
+    """TRT-LLM MHA's eager path: ``build_trtllm_mha_page_table`` on a ``(bs, max_num_pages)`` table
+    with ``cache_seqlens = s + delta`` (``_fill_page_table_device``, trtllm_mha_backend.py 577-603,
+    called from ``init_forward_metadata`` 1366-1380)."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        builder.build_trtllm_mha_page_table(
+            req_to_token=req_to_token, req_pool_indices=rows, cache_seqlens=(lens + delta).to(torch.int32),
+            page_table=backing[:bs], page_size=state["page_size"])
+        return ok(page_table=tensor(backing))
+    return catching(call)
+
+
+def engine_flashmla_kv_indices(kv: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                               delta: int) -> Answer:
+    """FlashMLA's graph replay: ``create_flashmla_kv_indices_triton`` over the row stride's programs,
+    at its default ``PAGED_SIZE`` 64 (``_apply_decode_target_verify_metadata``, flashmla_backend.py
+    328-377: ``seq_lens + num_draft_tokens`` in a verify)."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        table = backing[:bs]
+        grid = (bs, kv.get_num_kv_index_blocks_flashmla(table.stride(0), 64))
+        kv.create_flashmla_kv_indices_triton[grid](
+            req_to_token, rows, lens + delta, None, table, req_to_token.stride(0), table.stride(0))
+        return ok(page_table=tensor(backing))
+    return catching(call)
+
+
+def engine_trtllm_mla_kv_indices(kv: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                                 delta: int) -> Answer:
+    """TRT-LLM MLA's graph replay: the same builder at the backend's page size, its grid from the
+    table's width (``_apply_cuda_graph_metadata``, trtllm_mla_backend.py 604-667: in a verify the
+    kernel reads the int32 ``seq_lens_k = s + D``, otherwise ``seq_lens`` itself)."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        ps = state["page_size"]
+        table = backing[:bs]
+        grid = (bs, kv.get_num_kv_index_blocks_flashmla(table.shape[1], ps))
+        kv.create_flashmla_kv_indices_triton[grid](
+            req_to_token, rows, (lens + delta).to(torch.int32) if state["mode"] == "target-verify" else lens, None, table,
+            req_to_token.stride(0), table.shape[1], PAGED_SIZE=ps)
+        return ok(page_table=tensor(backing))
+    return catching(call)
+
+
+def engine_aiter_verify(aiter: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
+                        delta: int) -> Answer:
+    """AITER's unified target verify: ``scatter_req_to_token_to_page_table_kernel`` over programs of
+    1024 pages spanning ``max_blocks = cdiv(ctx, ps)``, the table's width, with ``DRAFT_NUM = D``
+    (``_build_verify_unified_metadata``, aiter_backend.py 1090-1153)."""
+    def call() -> Answer:
+        bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
+        table = backing[:bs]
+        block = 1024
+        grid = (bs, (max(width, 1) + block - 1) // block)
+        aiter.scatter_req_to_token_to_page_table_kernel[grid](
+            req_to_token, rows, lens, table, req_to_token.stride(0), table.stride(0), None, None,
+            DRAFT_NUM=delta, PAGE_SIZE=state["page_size"], BLOCK_SIZE=block, HAS_SWA=False)
+        return ok(page_table=tensor(backing))
     return catching(call)

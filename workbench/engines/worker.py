@@ -70,6 +70,17 @@ def _wanted(job: dict[str, Any], function: str) -> bool:
     return not job.get("only") or any(part in function for part in job["only"])
 
 
+def _unmodelled(job: dict[str, Any], check: checks.Check, function: str) -> str | None:
+    """Why ``function``'s model does not stand for this version, or None: its backend is not in
+    the version's entry in data/engines.json (checked before the row's module is imported)."""
+    backend = check.backends.get(function)
+    listed = job["behaviour"].get("backends")
+    if backend is None or listed is None or backend in listed:
+        return None
+    return (f"{job['engine']}'s entry in data/engines.json does not list {backend}: "
+            "its model stands for the versions whose entry does")
+
+
 def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: None) -> Iterator[Row]:
     """Every row of ``job``'s version, as each is done; ``announce(function)`` before each starts
     (the parent learns which function a crashed worker was in)."""
@@ -94,6 +105,9 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
             return
     for check in checks.CHECKS:
         functions = [f for f in check.functions if _wanted(job, f)]
+        for function in [f for f in functions if _unmodelled(job, check, f)]:
+            yield skipped(engine, function, _unmodelled(job, check, function) or "")
+            functions.remove(function)
         if not functions:
             continue
         try:
