@@ -662,7 +662,7 @@ def _pooled_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
     pooled buffers (interpreted), against ``PooledBuffer`` for the buffer each state draws.
 
     Every state the count asks for is run: at 200 the 0.5.23 draft kernel takes about 55 s under
-    the interpreter (its read helpers; 0.5.14's kernel about 8 s), the other rows under 3 s."""
+    the interpreter (0.5.14's kernel about 40 s), the other rows under 3 s."""
     if function == "spec_utils.draft_kv_indices_buffer_width":
         _need(m["spec_utils"], "draft_kv_indices_buffer_width", why="each backend sizes its draft buffer inline")
         listed = _require(_pooled_listed(b, DRAFT_KEYS), "multi-step draft buffer")
