@@ -18,11 +18,16 @@ import pytest
 from workbench.backends import backend_of
 from workbench.engines import checks, conformance, wheels, worker
 from workbench.engines import model_calls as mc
+from workbench.engines.answers import UNWRITTEN
 from workbench.engines.versions import DEFAULT_VERSIONS
 
 ENGINE = "sglang==0.5.23"
 TRITON_ROWS = {f for check in checks.CHECKS for f in check.triton}  # may be skipped where triton is absent
 BUILDER_ROWS = tuple(checks.BUILDERS)
+POOLED_HOST_ROWS = ("spec_utils.draft_kv_indices_buffer_width", "utils.assert_buffer_fits[draft-decode]",
+                    "utils.assert_buffer_fits[aiter-target-verify]")
+POOLED_KERNEL_ROWS = ("cache_locs.generate_draft_decode_kv_indices",
+                      "kv_indices.create_flashinfer_kv_indices_triton[target-verify]")
 
 
 def _fetch_or_skip(engine: str) -> None:
@@ -43,7 +48,12 @@ def test_sglang_0_5_23_agrees_on_every_function() -> None:
             continue
         assert row["states"] >= 1000, f"{function}: only {row['states']} states"
         assert row["agree"] == row["states"], f"{function}: {json.dumps(row['first_disagreement'])[:2000]}"
-    assert len([r for r in rows if not r["skipped"]]) >= 13
+    assert len([r for r in rows if not r["skipped"]]) >= 16
+    for function in POOLED_HOST_ROWS:  # pure Python: they run without triton
+        row = by_function[function]
+        assert row["skipped"] is None and all(seed["agree"] for seed in row.get("seeds", ())), row
+    outcomes = {seed["outcome"] for function in POOLED_HOST_ROWS for seed in by_function[function].get("seeds", ())}
+    assert outcomes == {"ok", "raised"}  # each check's worked cases: one past the capacity, one at it
 
 
 BUILDER_STATES = 200  # random states per row: about 7 s a row under the interpreter (38 s for XPU at 1000)
@@ -66,6 +76,73 @@ def test_sglang_0_5_23_page_builders_agree_under_the_interpreter() -> None:
         assert all(seed["agree"] and seed["outcome"] == "ok" for seed in row["seeds"]), row["seeds"]
         seeds += len(row["seeds"])
     assert seeds == 2 * len(checks.BUILDER_SEEDS) == 20  # the ten worked cases, each also reversed
+
+
+POOLED_KERNEL_STATES = 60  # random states per row: the draft kernel takes some 20 s for them interpreted
+
+
+def _triton_or_skip() -> None:
+    if wheels.triton_dir() is None:
+        pytest.skip(f"triton is not cached in {wheels.cache_root() / 'triton'} (workbench conformance --triton fetches it)")
+
+
+@pytest.mark.engine
+def test_sglang_0_5_23_pooled_kernels_agree_under_the_interpreter() -> None:
+    """``generate_draft_decode_kv_indices`` and ``create_flashinfer_kv_indices_triton`` filling the
+    pooled buffers (spare space after them) against ``PooledBuffer.replay``, entry for entry."""
+    _fetch_or_skip(ENGINE)
+    _triton_or_skip()
+    rows = conformance.run_version(ENGINE, states=POOLED_KERNEL_STATES, triton=None, only=POOLED_KERNEL_ROWS)
+    assert [row["function"] for row in rows] == list(POOLED_KERNEL_ROWS)
+    for row in rows:
+        assert row["skipped"] is None, f"{row['function']} skipped: {row['skipped']}"
+        assert row["states"] >= POOLED_KERNEL_STATES + 2, f"{row['function']}: only {row['states']} states"
+        assert row["agree"] == row["states"], f"{row['function']}: {json.dumps(row['first_disagreement'])[:2000]}"
+        assert row["seeds"] and all(seed["agree"] and seed["outcome"] == "ok" for seed in row["seeds"]), row["seeds"]
+
+
+@pytest.mark.engine
+def test_sglang_0_5_10_has_no_pooled_helpers_but_runs_the_kernels() -> None:
+    """0.5.10 has no draft_kv_indices_* helpers and no assert_buffer_fits: those rows are skipped
+    saying so. Its kernels take the same positional arguments (``pool_len`` a constexpr where 0.5.23
+    has a runtime ``row_stride``): they run against 0.5.10's buffers, FlashInfer's without the topk
+    factor among them (its worked case spills every row)."""
+    _fetch_or_skip("sglang==0.5.10")
+    rows = conformance.run_version("sglang==0.5.10", states=20, triton=None, only=POOLED_HOST_ROWS + POOLED_KERNEL_ROWS)
+    by_function = {row["function"]: row for row in rows}
+    assert list(by_function) == [*POOLED_HOST_ROWS, *POOLED_KERNEL_ROWS]
+    for function in POOLED_HOST_ROWS:
+        assert by_function[function]["skipped"].startswith("Moved: this version has no sglang.srt."), by_function[function]
+    assert "draft_kv_indices_buffer_width" in by_function[POOLED_HOST_ROWS[0]]["skipped"]
+    assert "assert_buffer_fits" in by_function[POOLED_HOST_ROWS[2]]["skipped"]
+    if wheels.triton_dir() is None:
+        assert all("triton is not used" in by_function[f]["skipped"] for f in POOLED_KERNEL_ROWS)
+        pytest.skip(f"triton is not cached in {wheels.cache_root() / 'triton'}: the kernel rows were not run")
+    for function in POOLED_KERNEL_ROWS:
+        row = by_function[function]
+        assert row["skipped"] is None and row["agree"] == row["states"] >= 22, row
+    stories = [seed["seed"] for seed in by_function[POOLED_KERNEL_ROWS[0]]["seeds"]]
+    assert any(story.startswith("0.5.10's FlashInfer row") for story in stories)
+
+
+@pytest.mark.parametrize("engine", [ENGINE, "sglang==0.5.10"])
+@pytest.mark.parametrize("function", POOLED_KERNEL_ROWS)
+def test_pooled_kernel_states_store_past_the_rows(engine: str, function: str) -> None:
+    """The kernel rows' states reach the buffers' ends: some store into the spare space after the
+    buffer (where a kernel's stores past it are seen), draft rows spill into the next step's row,
+    and the token-block launch is tried (the model's answers only: no engine needed)."""
+    b, _ = conformance.behaviour(engine)
+    states = list(checks.kernel_states(function, b, random.Random(f"0:{function}"), 60))
+    past = spill = blocks = 0
+    for state, tables in states:
+        out = mc.model_pooled_writes(state, tables)["kv_indices"].value
+        steps = state["spec_steps"] if state["mode"] == "draft-decode" else 1
+        past += bool((out[steps * state["width"]:] != UNWRITTEN).any())
+        spill += any(used > state["width"] for used in checks._row_uses(state)[:-1])
+        blocks += state.get("launch") == "token-blocks" or state["token_blocks"] > 1
+        assert (out[-checks.SPARE:] == UNWRITTEN).all()  # the margin past the model's furthest store
+    assert past > 0 and blocks > 0
+    assert spill > 0 if function.startswith("cache_locs") else spill == 0
 
 
 @pytest.mark.engine

@@ -158,3 +158,20 @@ def test_every_version_names_rules_and_checks_its_buffers_have() -> None:
                 assert entry["rule"] in buffer.rules and entry["check"] in ("assert", "copy", "none"), (version, key)
                 seen.add((backend.name, key))
     assert seen == {(b.name, buf.key) for b in backends.POOLED_BACKENDS for buf in b.buffers}
+
+
+def test_a_caller_given_buffer_shows_the_stores_spare_space_included() -> None:
+    """``replay(out=...)``: Triton's draft buffer, ctx 10, topk 1, steps 3, one request at s = 8 in
+    row 1 of a table 20 wide: step i writes the 8 prefix slots then i + 1 from slot 8 (rows of 9,
+    10, 11 entries), so row 2's last entry lands in the first spare entry after the 30."""
+    g = ServingGeometry(context_len=10, page_size=1, draft_tokens=4, spec_steps=3, max_bs=1)
+    buffer = backends.pooled_backend_of("sglang-triton-kv-indices").buffer("draft-decode")
+    table = torch.arange(3 * 20, dtype=torch.int32).reshape(3, 20)
+    out = torch.full((35,), -7, dtype=torch.int32)
+    overwrite = buffer.replay(g, "max-bs-topk-ctx", "none", table, [1], [8], out=out)
+    assert overwrite is not None and overwrite.row is None and overwrite.entries == 1
+    rows = [list(range(20, 28)) + list(range(28, 28 + i + 1)) for i in range(3)]
+    expected = rows[0] + [-7] + rows[1] + rows[2] + [-7] * 4
+    assert out.tolist() == expected
+    with pytest.raises(ValueError, match="30 entries at least"):
+        buffer.replay(g, "max-bs-topk-ctx", "none", table, [1], [8], out=torch.zeros(29, dtype=torch.int32))

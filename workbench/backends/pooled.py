@@ -106,8 +106,18 @@ class PooledBuffer:
 
     # ---- one step on real tensors ---------------------------------------------------------------
 
+    def host_check(self, g: ServingGeometry, rule: str, seq_lens: Sequence[int]) -> None:
+        """The ``assert`` check alone, as ``replay`` runs it first: ``PooledOverflow`` with the
+        engine's message when the last (largest) step row of the batch passes the capacity."""
+        n, last = len(seq_lens), self.rows(g) - 1
+        capacity = self.capacity(g, rule, n)
+        used = sum(self.per_request(g, s, last) for s in seq_lens)
+        if used > capacity:
+            raise PooledOverflow(f"{self.what}: used {used} > capacity {capacity} "
+                                 f"(bs={self.check_bs(g, n)}, seq_lens_sum={sum(seq_lens)})")
+
     def replay(self, g: ServingGeometry, rule: str, check: str, req_to_token: torch.Tensor, rows: Sequence[int],
-               seq_lens: Sequence[int]) -> Overwrite | None:
+               seq_lens: Sequence[int], out: torch.Tensor | None = None) -> Overwrite | None:
         """Write one step's CSR segments into a fresh ``(rows, capacity)`` buffer as the engine does.
 
         ``check`` runs first: ``assert`` raises ``PooledOverflow`` with the engine's message, ``copy``
@@ -116,16 +126,23 @@ class PooledBuffer:
         spare row after the batch's: extension slots are read through the flat pool, as the kernel's
         pointer arithmetic does. Worked example: capacity 10, lengths [6, 6]: request 1 writes
         entries 6..11, two past the row.
+
+        ``out``: write into this flat int32 tensor instead (the caller sees what was written), the
+        rows back to back from its start; it may be longer than ``rows * capacity``, and stores past
+        the buffer then land in that spare space (past ``out`` they are dropped, as without it).
         """
         n = len(seq_lens)
         capacity = self.capacity(g, rule, n)
         steps = self.rows(g)
         if check == "assert":
-            used = sum(self.per_request(g, s, steps - 1) for s in seq_lens)
-            if used > capacity:
-                raise PooledOverflow(f"{self.what}: used {used} > capacity {capacity} "
-                                     f"(bs={self.check_bs(g, n)}, seq_lens_sum={sum(seq_lens)})")
-        buffer = torch.zeros(steps * capacity, dtype=torch.int32, device=req_to_token.device)
+            self.host_check(g, rule, seq_lens)
+        if out is None:
+            buffer = torch.zeros(steps * capacity, dtype=torch.int32, device=req_to_token.device)
+        elif out.dim() != 1 or out.numel() < steps * capacity:
+            raise ValueError(f"out: a flat tensor of {steps * capacity} entries at least is needed "
+                             f"({steps} rows of {capacity}), not shape {list(out.shape)}")
+        else:
+            buffer = out
         pool = req_to_token.reshape(-1)
         first: Overwrite | None = None
         for step in range(steps):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
-from workbench.backends import backend_of
+from workbench.backends import POOLED_BACKENDS, PooledBuffer, backend_of, pooled_backend_of
 from workbench.engines import model_calls as mc
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
@@ -59,6 +59,9 @@ MODULE_PATHS = {
     "trtllm_mha_page_table": "sglang.kernels.ops.attention.trtllm_mha_page_table",
     "kv_indices": "sglang.kernels.ops.attention.kv_indices",
     "aiter_page_table": "sglang.kernels.ops.attention.aiter_unified_page_table",
+    "spec_utils": "sglang.srt.speculative.spec_utils",
+    "attn_utils": "sglang.kernels.ops.attention.utils",
+    "cache_locs": "sglang.kernels.ops.speculative.cache_locs",
 }
 
 
@@ -435,6 +438,280 @@ def _builder_checks() -> Iterator[Check]:
                     backends={f: BUILDERS[f].component for f in functions})
 
 
+# ---- pooled flat kv_indices: the draft helpers, the host checks, the two kernels ----------
+#
+# The states draw, per state, one of the pooled buffers the version's entry in data/engines.json
+# lists for the row (its backend, key and rule): the model stands for what that entry says.
+
+DRAFT_KEYS = ("draft-decode", "draft-decode-eager")
+VERIFY_KEYS = ("target-verify",)
+SPARE = 64  # entries after the furthest store the model makes: a kernel storing further is seen there
+INT32_OFFSETS = 2**31  # draft_kv_indices_buffer_width asserts num_seqs * topk * ctx below it
+
+
+def _pooled_listed(b: Mapping[str, Any], keys: tuple[str, ...], check: str | None = None) -> list[tuple[str, str, str]]:
+    """(backend, key, rule) of every pooled buffer of ``keys`` the version's entry lists (with ``check``)."""
+    listed = b.get("backends", {})
+    return [(backend.name, key, str(entry["rule"])) for backend in POOLED_BACKENDS
+            for key, entry in listed.get(backend.name, {}).items()
+            if key in keys and (check is None or entry["check"] == check)]
+
+
+def _require(listed: list[tuple[str, str, str]], what: str) -> list[tuple[str, str, str]]:
+    if not listed:
+        raise Moved(f"this version's entry in data/engines.json lists no {what}")
+    return listed
+
+
+def _need(module: ModuleType, *names: str, why: str) -> None:
+    for name in names:
+        if not hasattr(module, name):
+            raise Moved(f"this version has no {module.__name__}.{name} ({why})")
+
+
+def _pooled_geometry(rng: random.Random, choice: tuple[str, str, str], *, kernel: bool) -> st.State | None:
+    """A launch for one buffer, or None where its backend has no such buffer (``applies``).
+
+    Contexts: 64 .. 1M log-uniform for the host-side rows; under the interpreter 16 .. 2048
+    log-uniform, up to 3 requests, 5 steps and topk 4 (it runs ``steps * requests * topk``
+    programs at some 10 ms per block of 128 tokens each). Page size 1 or topk 1 only for the
+    draft kernel: those are the cases whose extension slots the model reads as the kernel does
+    (``s + t * steps``; at topk > 1 with pages the kernel starts each branch on pages of its own,
+    which the model does not write)."""
+    backend, key, rule = choice
+    buffer = pooled_backend_of(backend).buffer(key)
+    if buffer.mode is Mode.DRAFT_DECODE:
+        steps = rng.randint(2, 5) if kernel else rng.randint(2, 7)
+        topk = rng.choice((1, 1, 2, 2, 3, 4) if kernel else (1, 1, 2, 3, 4, 8))
+        d = steps + 1 if topk == 1 else rng.randint(2, 16)
+    else:
+        steps, topk = rng.randint(1, 7), 1
+        d = rng.choice((steps + 1, rng.randint(1, 16)))
+    if kernel:
+        ps = 1 if (topk > 1 or rule == "paged-ctx") else rng.choice((1, 16, 64))
+    else:
+        ps = 1 if rule == "paged-ctx" else rng.choice(st.PAGE_SIZES)  # AITER 0.5.10: page size 1 only
+    max_bs = rng.randint(1, 3) if kernel else rng.choice((1, 2, 3, 4, 8, 16, 64, 256))
+    state: st.State = {"backend": backend, "key": key, "rule": rule, "mode": buffer.mode.value,
+                       "path": "eager" if buffer.per_call else "graph",
+                       "context_len": int(2 ** rng.uniform(4, 11)) if kernel else st._context(rng), "page_size": ps,
+                       "draft_tokens": d, "spec_steps": steps, "spec_topk": topk, "draft_has_kv": True,
+                       "algorithm": "EAGLE", "width_gen": rng.choice(("g1", "g2", "g3")), "max_bs": max_bs,
+                       "step_id": 0, "hybrid_swa": False}
+    if buffer.applies(st.geometry_of(state)) is not None:
+        return None
+    if buffer.per_call:
+        state["requests"] = rng.randint(1, 3)
+    else:
+        state["requests"] = max_bs if rng.random() < 2 / 3 else rng.randint(1, max_bs)
+    return state
+
+
+def _split_sum(rng: random.Random, total: int, n: int, top: int) -> list[int]:
+    """``n`` lengths in 1 .. top summing to ``total`` (clipped to what they can sum to)."""
+    total = max(n, min(total, n * top))
+    lens = [total // n + (i < total % n) for i in range(n)]
+    for _ in range(n):
+        i, j = rng.randrange(n), rng.randrange(n)
+        move = rng.randint(0, min(lens[i] - 1, top - lens[j]))
+        lens[i] -= move
+        lens[j] += move
+    return lens
+
+
+def _pooled_lens(rng: random.Random, state: st.State, near: bool) -> list[int]:
+    """The batch's committed lengths: their sum at the largest that fits the last step row, -2 .. +2
+    (``near``), or anywhere below the table's end."""
+    buffer, g, n = _buffer_of(state), st.geometry_of(state), state["requests"]
+    top = g.max_committed_len(buffer.mode)
+    if not near:
+        return [rng.randint(1, top) for _ in range(n)]
+    last = buffer.rows(g) - 1
+    b0 = buffer.per_request(g, 0, last)
+    a = buffer.per_request(g, 1, last) - b0
+    fits = (buffer.capacity(g, state["rule"], n) - n * b0) // a  # the largest sum of lengths that fits
+    return _split_sum(rng, fits + rng.randint(-2, 2), n, top)
+
+
+def _buffer_of(state: st.State) -> PooledBuffer:
+    return pooled_backend_of(state["backend"]).buffer(state["key"])
+
+
+def _pooled_states(rng: random.Random, count: int, listed: list[tuple[str, str, str]], *, kernel: bool,
+                   lens: bool = True, keep: Callable[[st.State], bool] = lambda s: True) -> Iterator[st.State]:
+    """``count`` states over ``listed``'s buffers, two thirds of the batches at the boundary."""
+    made = 0
+    while made < count:
+        state = _pooled_geometry(rng, rng.choice(listed), kernel=kernel)
+        if state is None or not keep(state):
+            continue
+        if lens:
+            state["seq_lens"] = _pooled_lens(rng, state, near=made % 3 != 0)
+        made += 1
+        yield state
+
+
+def _fits_int32(state: st.State) -> bool:
+    """The engine's helper asserts ``num_seqs * topk * ctx < 2**31`` (int32 flat offsets), at start-up
+    for a graph; the model has no such bound: states past it are left out (reported)."""
+    num_seqs = state["max_bs"] if state["path"] == "graph" else state["requests"]
+    return bool(num_seqs * state["spec_topk"] * state["context_len"] < INT32_OFFSETS)
+
+
+def _seed(choice: tuple[str, str, str], story: str, seq_lens: list[int], **shape: Any) -> st.State:
+    backend, key, rule = choice
+    buffer = pooled_backend_of(backend).buffer(key)
+    state: st.State = {"backend": backend, "key": key, "rule": rule, "mode": buffer.mode.value,
+                       "path": "eager" if buffer.per_call else "graph", "page_size": 1, "draft_has_kv": True,
+                       "algorithm": "EAGLE", "width_gen": "g1", "step_id": 0, "hybrid_swa": False,
+                       "spec_topk": 1, **shape, "seq_lens": seq_lens, "requests": len(seq_lens), "seed": story}
+    return state
+
+
+# (backend, key, rule), story, lengths, geometry: each is tried where the version lists that buffer.
+POOLED_SEEDS: dict[str, tuple[tuple[tuple[str, str, str], str, list[int], dict[str, int]], ...]] = {
+    "utils.assert_buffer_fits[draft-decode]": (
+        (("sglang-flashinfer-kv-indices", "draft-decode", "max-bs-topk-ctx"),
+         "ctx 100, topk 2, steps 3, 2 graph rows at 98: used 404 > capacity 400", [98, 98],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "spec_topk": 2, "max_bs": 2}),
+        (("sglang-flashinfer-kv-indices", "draft-decode", "max-bs-topk-ctx"),
+         "the same at 96 and 98: used 400, the capacity exactly", [96, 98],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "spec_topk": 2, "max_bs": 2}),
+    ),
+    "utils.assert_buffer_fits[aiter-target-verify]": (
+        (("sglang-aiter-kv-indices", "target-verify", "paged-ctx-plus-draft"),
+         "ctx 100, D 4, one graph row at 101: used 105 > capacity 104", [101],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 1}),
+        (("sglang-aiter-kv-indices", "target-verify", "paged-ctx-plus-draft"),
+         "the same at 100: used 104, the capacity exactly", [100],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 1}),
+    ),
+    "cache_locs.generate_draft_decode_kv_indices": (
+        (("sglang-triton-kv-indices", "draft-decode", "max-bs-topk-ctx"),
+         "Triton, ctx 10, steps 3, one request at 8: row 2 stores 1 entry past the buffer", [8],
+         {"context_len": 10, "draft_tokens": 4, "spec_steps": 3, "max_bs": 1}),
+        (("sglang-triton-kv-indices", "draft-decode", "max-bs-topk-ctx"),
+         "the same at 9: row 1 stores 1 entry into row 2, row 2 2 past the buffer", [9],
+         {"context_len": 10, "draft_tokens": 4, "spec_steps": 3, "max_bs": 1}),
+        (("sglang-flashinfer-kv-indices", "draft-decode", "max-bs-ctx"),
+         "0.5.10's FlashInfer row (no topk factor), ctx 40, topk 4, steps 3, 2 rows at 30 and 5: "
+         "every row spills, the last far past the buffer", [30, 5],
+         {"context_len": 40, "draft_tokens": 8, "spec_steps": 3, "spec_topk": 4, "max_bs": 2}),
+    ),
+    "kv_indices.create_flashinfer_kv_indices_triton[target-verify]": (
+        (("sglang-flashinfer-mla-kv-indices", "target-verify", "max-bs-ctx"),
+         "FlashInfer MLA, ctx 100, D 4, 2 rows at 97: 202 entries into 200", [97, 97],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 2}),
+        (("sglang-aiter-kv-indices", "target-verify", "paged-ctx-plus-draft"),
+         "AITER from 0.5.14, ctx 100, D 4, 2 rows at 102 (past the context, inside the table): "
+         "212 entries into 208", [102, 102],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 2}),
+        (("sglang-aiter-kv-indices", "target-verify", "paged-ctx"),
+         "0.5.10's AITER buffer, ctx 100, D 4, 2 rows at 97 and 50: fits", [97, 50],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 2}),
+        (("sglang-aiter-kv-indices", "target-verify", "paged-ctx"),
+         "the same at 97 and 97: 202 entries into 200", [97, 97],
+         {"context_len": 100, "draft_tokens": 4, "spec_steps": 3, "max_bs": 2}),
+    ),
+}
+
+
+def _pooled_seeds(function: str, listed: list[tuple[str, str, str]]) -> list[st.State]:
+    return [_seed(choice, story, list(lens), **shape) for choice, story, lens, shape in POOLED_SEEDS.get(function, ())
+            if choice in listed]
+
+
+def _row_uses(state: st.State) -> list[int]:
+    """Entries each step row of the batch writes."""
+    buffer, g = _buffer_of(state), st.geometry_of(state)
+    return [sum(buffer.per_request(g, s, row) for s in state["seq_lens"]) for row in range(buffer.rows(g))]
+
+
+def _kernel_state(rng: random.Random, state: st.State, *, seeded: bool) -> st.State:
+    """The buffer's width (the model's capacity for the rule: the width itself is the width row's),
+    the flat buffer's length (the furthest store the model makes, then ``SPARE``), and the launch."""
+    buffer, g = _buffer_of(state), st.geometry_of(state)
+    width = buffer.capacity(g, state["rule"], len(state["seq_lens"]))
+    uses = _row_uses(state)
+    reach = max(row * width + used for row, used in enumerate(uses))
+    state = {**state, "width": width, "total": max(reach, len(uses) * width) + SPARE}
+    if buffer.mode is Mode.DRAFT_DECODE:
+        # The token-block launch runs a step's blocks after the other steps' first: where a row
+        # spills into the next one, which store lands last is a race on a GPU and the
+        # interpreter's order, not the engine's, so that launch is tried where only the last row
+        # (into the spare space) may pass its end.
+        blocks = not seeded and rng.random() < 1 / 3 and all(used <= width for used in uses[:-1])
+        state.update(launch="token-blocks" if blocks else "historical", token_blocks=rng.randint(1, 3) if blocks else 1)
+    else:
+        state["token_blocks"] = 1 if seeded else rng.choice((1, 1, 2, 3))
+    return state
+
+
+def _kernel_tables(state: st.State, seed: int) -> dict[str, torch.Tensor]:
+    """Request tables with spare rows after the batch's: the kernel reads a draft's extension slots
+    ``s + t * steps + j`` through the flat pool, past the row's end at the longest lengths (the
+    model reads the same entries)."""
+    width = st.geometry_of(state).request_table_width
+    spare = 1 + cdiv(state["spec_topk"] * state["spec_steps"], width)
+    return mc.request_tables({**state, "seq_lens": [1] * (len(state["seq_lens"]) + spare)}, seed=seed)
+
+
+def _pooled_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
+                  count: int) -> Iterator[Pair]:
+    """The draft-buffer helpers and host checks (pure Python), and the two kernels that fill the
+    pooled buffers (interpreted), against ``PooledBuffer`` for the buffer each state draws.
+
+    Every state the count asks for is run: at 200 the 0.5.23 draft kernel takes about 55 s under
+    the interpreter (0.5.14's kernel about 40 s), the other rows under 3 s."""
+    if function == "spec_utils.draft_kv_indices_buffer_width":
+        _need(m["spec_utils"], "draft_kv_indices_buffer_width", why="each backend sizes its draft buffer inline")
+        listed = _require(_pooled_listed(b, DRAFT_KEYS), "multi-step draft buffer")
+        for state in _pooled_states(rng, count, listed, kernel=False, lens=False, keep=_fits_int32):
+            yield state, partial(ec.engine_draft_width, m["spec_utils"], state), partial(mc.model_pooled_width, state)
+    elif function == "utils.assert_buffer_fits[draft-decode]":
+        _need(m["spec_utils"], "draft_kv_indices_buffer_width", "draft_kv_indices_used_len",
+              why="no draft backend checks its buffer on the host")
+        _need(m["attn_utils"], "assert_buffer_fits", why="no backend checks its buffers on the host")
+        listed = _require(_pooled_listed(b, DRAFT_KEYS, "assert"), "draft buffer checked with assert_buffer_fits")
+        whats = {backend: ec.assert_call_what(backend) for backend, _, _ in listed}
+        for state in [*_pooled_seeds(function, listed),
+                      *_pooled_states(rng, count, listed, kernel=False, keep=_fits_int32)]:
+            yield (state, partial(ec.engine_draft_fits, m["spec_utils"], m["attn_utils"], state, whats[state["backend"]]),
+                   partial(mc.model_pooled_check, state))
+    elif function == "utils.assert_buffer_fits[aiter-target-verify]":
+        _need(m["attn_utils"], "assert_buffer_fits", why="no backend checks its buffers on the host")
+        listed = _require([c for c in _pooled_listed(b, VERIFY_KEYS, "assert") if c[0] == "sglang-aiter-kv-indices"],
+                          "AITER target-verify buffer checked with assert_buffer_fits")
+        what = ec.assert_call_what("sglang-aiter-kv-indices")
+        for state in [*_pooled_seeds(function, listed), *_pooled_states(rng, count, listed, kernel=False)]:
+            g = st.geometry_of(state)
+            state = {**state, "capacity": _buffer_of(state).capacity(g, state["rule"], len(state["seq_lens"]))}
+            yield state, partial(ec.engine_verify_fits, m["attn_utils"], state, what), partial(mc.model_pooled_check, state)
+    else:
+        draft = function == "cache_locs.generate_draft_decode_kv_indices"
+        engine = ec.engine_draft_kv_indices if draft else ec.engine_verify_kv_indices
+        module = m["cache_locs"] if draft else m["kv_indices"]
+        for state, tables in kernel_states(function, b, rng, count):
+            yield state, partial(engine, module, state, tables), partial(mc.model_pooled_writes, state, tables)
+
+
+def kernel_states(function: str, b: Mapping[str, Any], rng: random.Random, count: int
+                  ) -> Iterator[tuple[st.State, dict[str, torch.Tensor]]]:
+    """The kernel rows' states and request tables: the worked cases whose buffer the version
+    lists, then ``count`` seeded ones (FlashInfer's MHA verify goes through flashinfer's own plan:
+    the verify row draws the MLA buffers, AITER's and FlashInfer MLA's, only)."""
+    draft = function == "cache_locs.generate_draft_decode_kv_indices"
+    listed = _require(_pooled_listed(b, DRAFT_KEYS if draft else VERIFY_KEYS),
+                      "multi-step draft buffer" if draft else "target-verify buffer")
+    if not draft:
+        listed = _require([c for c in listed if pooled_backend_of(c[0]).buffer(c[1]).attention == "mla"],
+                          "MLA target-verify buffer")
+    seeds = _pooled_seeds(function, listed)
+    for i, state in enumerate([*seeds, *_pooled_states(rng, count, listed, kernel=True)]):
+        state = _kernel_state(rng, state, seeded=i < len(seeds))
+        yield state, _kernel_tables(state, seed=i)
+
+
 CHECKS = (
     Check(("sizing",), ("allocation_sizing.get_alloc_len_per_decode",
                         "allocation_sizing.get_req_to_token_extra_context_len"), _sizing_pairs),
@@ -455,5 +732,12 @@ CHECKS = (
           triton=("metadata.normal_decode_set_metadata",),
           backends={"metadata.normal_decode_set_metadata": "sglang-fa3-page-table"}),
     *_builder_checks(),
+    Check(("spec_utils", "attn_utils"), ("spec_utils.draft_kv_indices_buffer_width",
+                                         "utils.assert_buffer_fits[draft-decode]",
+                                         "utils.assert_buffer_fits[aiter-target-verify]"), _pooled_pairs),
+    Check(("cache_locs", "kv_indices"), ("cache_locs.generate_draft_decode_kv_indices",
+                                         "kv_indices.create_flashinfer_kv_indices_triton[target-verify]"), _pooled_pairs,
+          triton=("cache_locs.generate_draft_decode_kv_indices",
+                  "kv_indices.create_flashinfer_kv_indices_triton[target-verify]")),
 )
 

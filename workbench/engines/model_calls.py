@@ -187,3 +187,40 @@ def model_page_builder(state: State, tables: dict[str, torch.Tensor], *, cache_s
             answer["cache_seqlens"] = tensor(table.cache_seqlens[:bs])
         return answer
     return catching(call)
+
+
+# ---- pooled flat kv_indices ---------------------------------------------------------------
+
+def _pooled(state: State) -> Any:
+    from workbench.backends import pooled_backend_of
+
+    return pooled_backend_of(state["backend"]).buffer(state["key"])
+
+
+def model_pooled_width(state: State) -> Answer:
+    """The buffer's step row as the version's rule sizes it (``PooledBuffer.capacity``)."""
+    return catching(lambda: ok(value=_pooled(state).capacity(geometry_of(state), state["rule"], state["requests"])))
+
+
+def model_pooled_check(state: State) -> Answer:
+    """``PooledBuffer.host_check`` (what ``replay`` runs first under ``check="assert"``), in the
+    engine's form: ok, or the ``AssertionError`` and its message."""
+    from workbench.backends.pooled import PooledOverflow
+
+    try:
+        _pooled(state).host_check(geometry_of(state), state["rule"], state["seq_lens"])
+    except PooledOverflow as error:
+        return {"outcome": "raised", "error": f"AssertionError: {error}"}
+    return ok()
+
+
+def model_pooled_writes(state: State, tables: dict[str, torch.Tensor]) -> Answer:
+    """``PooledBuffer.replay`` with ``check="none"`` (the stores alone, as the kernel makes them)
+    into a flat buffer ``state["total"]`` long, every entry ``UNWRITTEN``: the whole of it."""
+    def call() -> Answer:
+        out = torch.full((state["total"],), UNWRITTEN, dtype=torch.int32)
+        n = len(state["seq_lens"])
+        _pooled(state).replay(geometry_of(state), state["rule"], "none", tables["req_to_token"], range(1, n + 1),
+                              state["seq_lens"], out=out)
+        return ok(kv_indices=tensor(out))
+    return catching(call)

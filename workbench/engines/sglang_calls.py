@@ -508,3 +508,149 @@ def engine_aiter_verify(aiter: ModuleType, state: State, tables: dict[str, torch
             DRAFT_NUM=delta, PAGE_SIZE=state["page_size"], BLOCK_SIZE=block, HAS_SWA=False)
         return ok(page_table=tensor(backing))
     return catching(call)
+
+
+# ---- pooled flat kv_indices (FlashInfer, FlashInfer MLA, Triton, AITER) -------------------
+
+# The engine module of each pooled backend, whose one ``assert_buffer_fits`` call gives the
+# ``what`` of its message (srt/layers/attention/ in every version modelled).
+POOLED_ENGINE_MODULES = {
+    "sglang-flashinfer-kv-indices": "sglang.srt.layers.attention.flashinfer_backend",
+    "sglang-flashinfer-mla-kv-indices": "sglang.srt.layers.attention.flashinfer_mla_backend",
+    "sglang-aiter-kv-indices": "sglang.srt.layers.attention.aiter_backend",
+    "sglang-triton-kv-indices": "sglang.srt.layers.attention.triton_backend",
+}
+
+
+def assert_call_what(backend: str) -> str:
+    """The ``what`` string of the one ``assert_buffer_fits(used, capacity, what, bs=...,
+    seq_lens_sum=...)`` call in the backend's engine module, read from its source (the module is
+    not imported: it needs the attention libraries). The engine passes it as a literal at the
+    call site (flashinfer_backend.py 0.5.23: 2507-2513), so this is the engine's own words."""
+    import ast
+    import importlib.util
+
+    name = POOLED_ENGINE_MODULES[backend]
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise Moved(f"this version has no {name}")
+    with open(spec.origin, encoding="utf-8") as source:
+        tree = ast.parse(source.read())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "assert_buffer_fits"]
+    if len(calls) != 1:
+        raise Moved(f"{name} has {len(calls)} assert_buffer_fits calls, not one")
+    call = calls[0]
+    keywords = [k.arg for k in call.keywords]
+    if len(call.args) != 3 or not isinstance(call.args[2], ast.Constant) or keywords != ["bs", "seq_lens_sum"]:
+        raise Moved(f"{name}'s assert_buffer_fits call is not (used, capacity, '<what>', bs=, seq_lens_sum=)")
+    return str(call.args[2].value)
+
+
+def _has(module: ModuleType, name: str, why: str) -> Any:
+    if not hasattr(module, name):
+        raise Moved(f"this version has no {module.__name__}.{name}: {why}")
+    return getattr(module, name)
+
+
+def engine_draft_width(spec_utils: ModuleType, state: State) -> Answer:
+    """``draft_kv_indices_buffer_width(num_seqs, topk, ctx)``: ``num_seqs = max_bs`` where a graph
+    buffer is made (``init_cuda_graph_state``), the batch's size in an eager call
+    (``init_forward_metadata``; flashinfer_backend.py 0.5.23: 2610-2612, 2634-2636)."""
+    width = _has(spec_utils, "draft_kv_indices_buffer_width", "each backend sizes its draft buffer inline")
+    num_seqs = state["max_bs"] if state["path"] == "graph" else state["requests"]
+    return catching(lambda: ok(value=int(width(num_seqs, state["spec_topk"], state["context_len"]))))
+
+
+def engine_draft_fits(spec_utils: ModuleType, utils: ModuleType, state: State, what: str) -> Answer:
+    """The host check of a multi-step draft as ``common_template`` runs it (flashinfer_backend.py
+    0.5.23: 2500-2513; flashinfer_mla_backend.py 1247-1260): ``assert_buffer_fits(
+    draft_kv_indices_used_len(seq_lens_sum, topk, topk * num_seqs, steps), kv_indices.shape[1],
+    what, bs=topk * num_seqs, seq_lens_sum=...)``, the buffer's row from
+    ``draft_kv_indices_buffer_width`` as the graph (``max_bs``) or eager call (the batch) sizes it."""
+    width = _has(spec_utils, "draft_kv_indices_buffer_width", "each backend sizes its draft buffer inline")
+    used_len = _has(spec_utils, "draft_kv_indices_used_len", "no draft backend checks its buffer")
+    fits = _has(utils, "assert_buffer_fits", "no backend checks its buffers on the host")
+    num_seqs, topk = len(state["seq_lens"]), state["spec_topk"]
+    bs, total = topk * num_seqs, sum(state["seq_lens"])
+
+    def call() -> Answer:
+        row = width(state["max_bs"] if state["path"] == "graph" else num_seqs, topk, state["context_len"])
+        fits(used_len(total, topk, bs, state["spec_steps"]), row, what, bs=bs, seq_lens_sum=total)
+        return ok()
+    return catching(call)
+
+
+def engine_verify_fits(utils: ModuleType, state: State, what: str) -> Answer:
+    """AITER's MLA target-verify host check (aiter_backend.py 0.5.23: 3154-3163; 0.5.14:
+    1673-1682): ``used = seq_lens_sum + num_draft_tokens * bs`` (the engine's inline expression,
+    restated) against ``kv_indices.numel()``, which the engine sizes inline in
+    ``init_cuda_graph_state`` (not run here): the state's ``capacity``, the model's rule."""
+    fits = _has(utils, "assert_buffer_fits", "no backend checks its buffers on the host")
+    bs, total = len(state["seq_lens"]), sum(state["seq_lens"])
+    return catching(lambda: (fits(total + state["draft_tokens"] * bs, state["capacity"], what, bs=bs,
+                                  seq_lens_sum=total), ok())[1])
+
+
+def _kernel_params(kernel: Any) -> set[str]:
+    """The parameter names of a ``@triton.jit`` kernel (interpreted or compiled)."""
+    return set(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def engine_draft_kv_indices(cache_locs: ModuleType, state: State, tables: dict[str, torch.Tensor]) -> Answer:
+    """``generate_draft_decode_kv_indices`` as ``common_template`` launches it (flashinfer_backend.py
+    0.5.23: 2553-2581; 0.5.14: 1903-1920): grid ``(steps, num_seqs, topk)``, the ``(steps, width)``
+    buffer a view of the start of a flat one ``state["total"]`` long (every entry ``UNWRITTEN``),
+    so stores past the buffer land in the spare space after it, where they are compared.
+
+    ``launch`` "token-blocks" (0.5.23, long contexts or the host-indptr plan): ``NUM_STEPS = steps``
+    and ``token_blocks`` programs per step on axis 0; a version whose kernel has no ``NUM_STEPS``
+    runs its one launch instead. The remaining arguments are the plain read plan: the token table
+    itself (row stride = its width), no draft window, no page translation. ``kv_indptr`` is
+    written too but not compared (the model has none)."""
+    def call() -> Answer:
+        kernel = cache_locs.generate_draft_decode_kv_indices
+        n, topk, steps = len(state["seq_lens"]), state["spec_topk"], state["spec_steps"]
+        width, req_to_token = state["width"], tables["req_to_token"]
+        backing = torch.full((state["total"],), UNWRITTEN, dtype=torch.int32)
+        kv_indices = backing[: steps * width].view(steps, width)
+        kv_indptr = torch.zeros((steps, topk * n + 1), dtype=torch.int32)
+        lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
+        positions = lens.repeat_interleave(topk)
+        args = (torch.arange(1, n + 1, dtype=torch.int64), req_to_token, lens, kv_indices, kv_indptr, positions,
+                req_to_token.shape[1], width, kv_indptr.shape[1], _pow2(n), _pow2(steps), _pow2(topk * n),
+                state["page_size"])
+        if state["launch"] == "token-blocks" and "NUM_STEPS" in _kernel_params(kernel):
+            kernel[(steps * state["token_blocks"], n, topk)](*args, NUM_STEPS=steps)
+        else:
+            kernel[(steps, n, topk)](*args)
+        return ok(kv_indices=tensor(backing))
+    return catching(call)
+
+
+def engine_verify_kv_indices(kv: ModuleType, state: State, tables: dict[str, torch.Tensor]) -> Answer:
+    """``create_flashinfer_kv_indices_triton`` as AITER's MLA target verify launches it
+    (aiter_backend.py 0.5.23: 3142-3174; 0.5.14: 1665-1691): ``kv_lens = seq_lens + D``,
+    ``kv_indptr = cumsum(kv_lens)``, into a flat buffer ``state["total"]`` long whose first
+    ``capacity`` entries are the graph's (every entry ``UNWRITTEN``). ``token_blocks`` > 1: the 2-D
+    grid with ``TOKEN_BLOCK_PARALLEL`` (0.5.23 at long contexts); a version whose kernel has no
+    such parameter runs its one-program-per-request launch instead."""
+    def call() -> Answer:
+        kernel = kv.create_flashinfer_kv_indices_triton
+        n, req_to_token = len(state["seq_lens"]), tables["req_to_token"]
+        kv_lens = torch.tensor(state["seq_lens"], dtype=torch.int64) + state["draft_tokens"]
+        kv_indptr = torch.zeros(n + 1, dtype=torch.int32)
+        kv_indptr[1:] = torch.cumsum(kv_lens, dim=0)
+        backing = torch.full((state["total"],), UNWRITTEN, dtype=torch.int32)
+        args = (req_to_token, torch.arange(1, n + 1, dtype=torch.int64), kv_lens, kv_indptr, None, backing,
+                req_to_token.stride(0))
+        if state["token_blocks"] > 1 and "TOKEN_BLOCK_PARALLEL" in _kernel_params(kernel):
+            kernel[(n, state["token_blocks"])](*args, TOKEN_BLOCK_PARALLEL=True)
+        else:
+            kernel[(n,)](*args)
+        return ok(kv_indices=tensor(backing))
+    return catching(call)
