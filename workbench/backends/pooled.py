@@ -280,6 +280,20 @@ def speculative(g: ServingGeometry) -> str | None:
     return None if g.speculative else "target verify needs draft tokens (speculation is off)"
 
 
+def draft_buffers(what: str, rules: Mapping[str, CapacityRule], eager_rules: Mapping[str, CapacityRule], *,
+                  attention: str, graph_source: str, eager_source: str,
+                  applies: Callable[[ServingGeometry], str | None] = multi_step_draft) -> tuple[PooledBuffer, PooledBuffer]:
+    """The multi-step EAGLE drafter's two buffers, which every backend with one has: the graph's
+    ``(steps, width)`` buffer sized at capture (``draft-decode``) and the one the eager path sizes
+    per call for its batch (``draft-decode-eager``); both written by ``generate_draft_decode_kv_indices``."""
+    return (
+        PooledBuffer("draft-decode", Mode.DRAFT_DECODE, what, rules, draft_row, draft_rows, draft_bs, per_call=False,
+                     attention=attention, applies=applies, source=graph_source),
+        PooledBuffer("draft-decode-eager", Mode.DRAFT_DECODE, what, eager_rules, draft_row, draft_rows, draft_bs,
+                     per_call=True, attention=attention, applies=applies, source=eager_source),
+    )
+
+
 def max_bs_times(factor: Callable[[ServingGeometry], int]) -> Callable[[ServingGeometry, int], int]:
     """``requests * factor(g)``: the rules' common shape (the graph passes max_bs, eager its batch)."""
     return lambda g, requests: requests * factor(g)

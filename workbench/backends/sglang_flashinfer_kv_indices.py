@@ -36,12 +36,9 @@ EAGER_RULES = {"batch-topk-ctx": p.CapacityRule("batch-topk-ctx", p.max_bs_times
 BACKEND = p.PooledBackend(
     name="sglang-flashinfer-kv-indices", engine="sglang", device_family="cuda", launch_names=("flashinfer",),
     buffers=(
-        p.PooledBuffer("draft-decode", Mode.DRAFT_DECODE, DRAFT_WHAT, DRAFT_RULES, p.draft_row, p.draft_rows,
-                       p.draft_bs, per_call=False, attention="mha", applies=p.multi_step_draft,
-                       source="flashinfer_backend.py:2504-2513, 2630-2640 (0.5.23); 1627-1631 (0.5.10)"),
-        p.PooledBuffer("draft-decode-eager", Mode.DRAFT_DECODE, DRAFT_WHAT, EAGER_RULES, p.draft_row, p.draft_rows,
-                       p.draft_bs, per_call=True, attention="mha", applies=p.multi_step_draft,
-                       source="flashinfer_backend.py:2609 (0.5.23); 1606-1613 (0.5.10)"),
+        *p.draft_buffers(DRAFT_WHAT, DRAFT_RULES, EAGER_RULES, attention="mha",
+                         graph_source="flashinfer_backend.py:2504-2513, 2630-2640 (0.5.23); 1627-1631 (0.5.10)",
+                         eager_source="flashinfer_backend.py:2609 (0.5.23); 1606-1613 (0.5.10)"),
         p.PooledBuffer("target-verify", Mode.TARGET_VERIFY, "flashinfer verify kv_indices",
                        {"max-tokens-ctx": p.CapacityRule("max-tokens-ctx", p.max_bs_times(lambda g: g.draft_tokens * g.context_len),
                                                          "every version: max_num_tokens * ctx, max_num_tokens = max_bs * D")},

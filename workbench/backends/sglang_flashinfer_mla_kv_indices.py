@@ -34,12 +34,9 @@ def _topk_one_draft(g: ServingGeometry) -> str | None:
 BACKEND = p.PooledBackend(
     name="sglang-flashinfer-mla-kv-indices", engine="sglang", device_family="cuda", launch_names=("flashinfer",),
     buffers=(
-        p.PooledBuffer("draft-decode", Mode.DRAFT_DECODE, DRAFT_WHAT, DRAFT_RULES, p.draft_row, p.draft_rows,
-                       p.draft_bs, per_call=False, attention="mla", applies=_topk_one_draft,
-                       source="flashinfer_mla_backend.py:1251-1260, 1319-1327 (0.5.23); 1009-1013 (0.5.10)"),
-        p.PooledBuffer("draft-decode-eager", Mode.DRAFT_DECODE, DRAFT_WHAT, EAGER_RULES, p.draft_row, p.draft_rows,
-                       p.draft_bs, per_call=True, attention="mla", applies=_topk_one_draft,
-                       source="flashinfer_mla_backend.py:1298 (0.5.23); 988-995 (0.5.10)"),
+        *p.draft_buffers(DRAFT_WHAT, DRAFT_RULES, EAGER_RULES, attention="mla", applies=_topk_one_draft,
+                         graph_source="flashinfer_mla_backend.py:1251-1260, 1319-1327 (0.5.23); 1009-1013 (0.5.10)",
+                         eager_source="flashinfer_mla_backend.py:1298 (0.5.23); 988-995 (0.5.10)"),
         p.PooledBuffer("target-verify", Mode.TARGET_VERIFY, "flashinfer mla verify kv_indices",
                        {"max-bs-ctx": p.CapacityRule("max-bs-ctx", p.max_bs_times(p.context),
                                                      "every version: max_bs * ctx, no room for the drafts")},

@@ -17,7 +17,6 @@ into ``max_bs * D * ctx``: it cannot overflow, so it is not here.
 from __future__ import annotations
 
 from workbench.backends import pooled as p
-from workbench.model.geometry import Mode
 
 RULES = {"max-bs-topk-ctx": p.CapacityRule("max-bs-topk-ctx", p.max_bs_times(p.topk_context),
                                            "every version: max_num_tokens * ctx, max_num_tokens = max_bs * topk")}
@@ -28,12 +27,9 @@ WHAT = "triton draft kv_indices row (unchecked)"
 BACKEND = p.PooledBackend(
     name="sglang-triton-kv-indices", engine="sglang", device_family="cuda", launch_names=("triton",),
     buffers=(
-        p.PooledBuffer("draft-decode", Mode.DRAFT_DECODE, WHAT, RULES, p.draft_row, p.draft_rows, p.draft_bs,
-                       per_call=False, attention="any", applies=p.multi_step_draft,
-                       source="triton_backend.py:2570-2636, 2762-2769 (0.5.23); 1216-1220 (0.5.10)"),
-        p.PooledBuffer("draft-decode-eager", Mode.DRAFT_DECODE, WHAT, EAGER_RULES, p.draft_row, p.draft_rows,
-                       p.draft_bs, per_call=True, attention="any", applies=p.multi_step_draft,
-                       source="triton_backend.py:2717 (0.5.23); 1195-1202 (0.5.10)"),
+        *p.draft_buffers(WHAT, RULES, EAGER_RULES, attention="any",
+                         graph_source="triton_backend.py:2570-2636, 2762-2769 (0.5.23); 1216-1220 (0.5.10)",
+                         eager_source="triton_backend.py:2717 (0.5.23); 1195-1202 (0.5.10)"),
     ),
     note="the verify buffer holds seq_lens only (drafts as extend k/v) in max_bs * D * ctx: cannot overflow",
 )
