@@ -41,7 +41,11 @@ def atlas_figure(summary: pd.DataFrame) -> go.Figure:
     modes = sorted(set(summary["mode"]), key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else len(MODE_ORDER), m))
     codes = {s: i for i, s in enumerate(STATUS_LABELS)}
     z: list[list[float | None]] = [[None] * len(modes) for _ in rows]
-    text: list[list[str]] = [["no such graph"] * len(modes) for _ in rows]
+    # A mode the backend has under some version but not this one: the version's data do not say
+    # (not read, or not modelled there), which is not the same as a backend without the graph.
+    elsewhere = set(zip(summary.backend, summary["mode"]))
+    text: list[list[str]] = [["not modelled" if (backend, mode) in elsewhere else "no such graph" for mode in modes]
+                             for backend, _ in rows]
     for _, row in summary.iterrows():
         i, j = rows.index((row.backend, row.engine)), modes.index(row["mode"])
         z[i][j] = codes[row.status]
