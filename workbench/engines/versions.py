@@ -67,6 +67,13 @@ def load_versions(path: str | Path = DEFAULT_VERSIONS) -> dict[str, EngineVersio
     return {v.engine: v for v in versions}
 
 
+def measured_releases(name: str) -> list[str]:
+    """The releases of engine ``name`` whose buffer data the models can take (pseudo-versions,
+    ``0.5.23+revert-...``, left out): the ones a release without data of its own stands in by
+    (``workbench.engines.releases.nearest``)."""
+    return [e for e in load_versions() if e.split("==", 1)[0] == name and "+" not in e]
+
+
 def engine_version(engine: str) -> EngineVersion:
     """The version named ``engine``; a ValueError naming the known ones otherwise."""
     versions = load_versions()
