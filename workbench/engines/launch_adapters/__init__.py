@@ -125,10 +125,16 @@ class Gpu:
     platform: str  # "cuda", "rocm" or "npu"
     device_name: str  # as torch reports it: "NVIDIA H100 80GB HBM3"
     capability: tuple[int, int]  # (9, 0)
-    memory_bytes: int
+    memory_mib: int  # total memory as nvidia-smi reports it
     multiprocessors: int
     toolkit: str  # the CUDA / ROCm / CANN version the stand-in reports ("12.8")
     source: str  # where these values come from (a vendor datasheet URL)
+    devices_per_node: int = 8  # how many the stand-in platform reports
+    arch: str = ""  # ROCm's gcnArchName ("gfx942"); "" elsewhere
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib << 20
 
 
 @dataclass(frozen=True)
