@@ -148,13 +148,14 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("launch", nargs=argparse.REMAINDER, help="the launch command, after --")
     parser.add_argument("--cmd", help="the launch command as one string")
     parser.add_argument("--from-file", dest="from_file", metavar="FILE", help="a file holding the launch command")
-    parser.add_argument("--engine", help="the engine version, NAME==VERSION (default: the newest modelled)")
+    parser.add_argument("--engine", help="the release, NAME==VERSION (default: the one installed here, else the newest)")
     parser.add_argument("--model-config", dest="model_config", metavar="CONFIG.json",
-                        help="the model's config.json (context length, architecture, DSA); nothing is downloaded")
-    parser.add_argument("--allow-unknown", dest="allow_unknown", action="store_true", help="skip unknown engine flags")
+                        help="the model's config.json, when the model is neither a local directory nor in the "
+                             "Hugging Face cache; nothing is downloaded")
     parser.add_argument("--overshoot", type=int,
                         help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
-    parser.add_argument("--gpu", default="hopper", help="the GPU an engine picks defaults for (default hopper)")
+    parser.add_argument("--gpu", help="the GPU the engine picks defaults for (data/gpus.json; default h100, or 910b "
+                                      "for --device npu)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -175,8 +176,8 @@ def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
                 command = stream.read()
         except OSError as err:
             raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
-    result = check(command, engine=args.engine, model_config=args.model_config, allow_unknown=args.allow_unknown,
-                   overshoot=args.overshoot, gpu=args.gpu, device=device)
+    result = check(command, engine=args.engine, model_config=args.model_config, overshoot=args.overshoot, gpu=args.gpu,
+                   device=device, owner=False)
     out.write((format_json(result) if args.json else format_text(result)) + "\n")
     return result.status
 

@@ -137,7 +137,7 @@ def traced_setattr(cls: type, writes: Writes, skip: Callable[[types.FrameType], 
                    transform: Callable[[str, Any], Any] = lambda name, value: value) -> Iterator[None]:
     """Record every attribute write on instances of ``cls`` (``skip``: frames that are construction;
     ``transform``: what to store instead of a written value, e.g. a list that notes its appends)."""
-    original = cls.__setattr__
+    original: Any = cls.__setattr__
 
     def traced(self: Any, name: str, value: Any) -> None:
         frame = sys._getframe(1)

@@ -17,6 +17,7 @@ A value nobody wrote is the field's declared default (its file and line).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -24,7 +25,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ from workbench.engines.launch_adapters.common import (
     short_path,
     traced_setattr,
 )
-from workbench.engines.model_lookup import Located, apply_hub_env, locate
+from workbench.engines.model_lookup import Located, apply_hub_env, locate, warm_hub_client
 
 # The settings the workbench's side reads (workbench.preflight.resolve_sglang), reported whether or
 # not the command or the engine touched them.
@@ -73,36 +74,36 @@ WATCHED = (
 KV_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
 
 
-class _RecordingList(list):  # type: ignore[type-arg]
-    """``_resolved_overrides``: notes where each ``(source, fields)`` decision was appended from."""
-
-    writes: Writes
-
-    def append(self, item: Any) -> None:
-        source, fields = item
-        site = _decision_site(sys._getframe(1), str(source).rsplit(".", 1)[-1], self.writes)
+def _stash_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
+    """``field -> "function (file:line)"`` of the last decision that declared it, for the releases
+    that record decisions as ``(source, fields)`` in ``_resolved_overrides`` instead of writing them
+    (read after the resolution: the list is the engine's own and is left as it is)."""
+    sites: dict[str, str] = {}
+    for source, fields in getattr(server_args, "_resolved_overrides", None) or ():
+        function = str(source).rsplit(".", 1)[-1]
+        site = f"{source} ({defs[function]})" if function in defs else str(source)
         for name in fields:
-            self.writes.where[name] = site
-        function = site.split(" (", 1)[0]
-        if function not in self.writes.functions:
-            self.writes.functions.append(function)
-        super().append(item)
+            sites[name] = site
+    return sites
 
 
-def _decision_site(start: types.FrameType, name: str, writes: Writes) -> str:
-    """``function (file:line)`` of the decision named ``name``: the innermost frame of that function
-    above ``start``, or, for a post-process pass that has returned by then, the pass function its
-    caller holds (``fn``) at its definition."""
-    current: types.FrameType | None = start
-    while current is not None:
-        if current.f_code.co_name == name:
-            return writes.location(current) or name
-        candidate = current.f_locals.get("fn")
-        code = getattr(candidate, "__code__", None)
-        if code is not None and getattr(candidate, "__name__", "") == name:
-            return f"{name} ({short_path(code.co_filename, writes.package_dir)}:{code.co_firstlineno})"
-        current = current.f_back
-    return writes.location(start) or name
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+def def_lines(package_dir: Path) -> dict[str, str]:
+    """``function name -> file:line`` of every ``def`` in the modules resolution runs (server_args,
+    arg_groups, configs), built once per engine process: a decision's source names its function."""
+    srt = package_dir / "srt"
+    files = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py")), *sorted((srt / "configs").glob("*.py"))]
+    found: dict[str, str] = {}
+    for path in files:
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            match = _DEF.match(line)
+            if match and match.group(1) not in found:
+                found[match.group(1)] = f"{short_path(str(path), package_dir)}:{number}"
+    return found
 
 
 class SGLangAdapter(LaunchAdapter):
@@ -112,6 +113,8 @@ class SGLangAdapter(LaunchAdapter):
         self.server_args: types.ModuleType | None = None
         self.package_dir = Path()
         self.defaults_at: dict[str, str] = {}
+        self.defs: dict[str, str] = {}
+        self.parser: argparse.ArgumentParser | None = None
 
     # ---- once per engine process -----------------------------------------------------------------
 
@@ -133,6 +136,8 @@ class SGLangAdapter(LaunchAdapter):
         except BaseException as error:  # noqa: BLE001
             resolution = f"model config loader does not load: {_where(error, self.package_dir)}"
         self.defaults_at = _field_lines(self.package_dir)
+        self.defs = def_lines(self.package_dir)
+        warm_hub_client()
         functions = ("prepare_server_args", "ServerArgs.resolve_once" if self._has_resolve_once() else "ServerArgs.__post_init__")
         return LoadReport(f"sglang=={_version(self.package_dir)}", "loaded", resolution, functions,
                           seconds=time.perf_counter() - start)
@@ -141,10 +146,36 @@ class SGLangAdapter(LaunchAdapter):
         return describe(self._parser())
 
     def _parser(self) -> argparse.ArgumentParser:
+        """The release's parser, as its entry point builds it (once: parsing leaves it unchanged)."""
         assert self.server_args is not None
-        parser = argparse.ArgumentParser(prog="sglang serve")
-        self.server_args.ServerArgs.add_cli_args(parser)
-        return parser
+        if self.parser is None:  # without -h: the engine's own new parser has it (see _parser_reused)
+            self.parser = argparse.ArgumentParser(prog="sglang serve", add_help=False)
+            self.server_args.ServerArgs.add_cli_args(self.parser)
+        return self.parser
+
+    @contextlib.contextmanager
+    def _parser_reused(self, request: LaunchRequest) -> Iterator[None]:
+        """While open, the engine's entry point fills its new parser from the one built at load
+        (argparse's own ``parents`` mechanism: the same actions and defaults), instead of
+        declaring its 500 options again. Not when the command sets SGLang variables: the
+        release reads some while declaring its options (choices that depend on them)."""
+        assert self.server_args is not None
+        cls = self.server_args.ServerArgs
+        original = cls.__dict__.get("add_cli_args")
+        built = self._parser()
+        if not isinstance(original, staticmethod) or any(k.startswith("SGLANG") for k in request.env):
+            yield
+            return
+
+        def add_cli_args(parser: argparse.ArgumentParser) -> None:
+            parser._add_container_actions(built)
+            parser._defaults.update(built._defaults)
+
+        cls.add_cli_args = staticmethod(add_cli_args)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            cls.add_cli_args = original
 
     def _has_resolve_once(self) -> bool:
         assert self.server_args is not None
@@ -194,7 +225,8 @@ class SGLangAdapter(LaunchAdapter):
         writes = Writes(self.package_dir)
         cls = self.server_args.ServerArgs
         try:
-            with traced_setattr(cls, writes, _is_construction, _record_stash(writes)), recorded_renames(cls) as renames:
+            with traced_setattr(cls, writes, _is_construction), recorded_renames(cls) as renames, \
+                    self._parser_reused(request):
                 server_args = self.server_args.prepare_server_args(engine_argv)
                 if self._has_resolve_once():
                     server_args.resolve_once()
@@ -204,6 +236,10 @@ class SGLangAdapter(LaunchAdapter):
         except BaseException as error:  # noqa: BLE001 - the engine's refusal, or what a CPU cannot run
             return self._stopped(request, flags, error, model, draft, times)
         times["model_config"] = time.perf_counter() - start - times["resolve"]
+        for name, site in _stash_sites(server_args, self.defs).items():
+            writes.where[name] = site
+            if site.split(" (", 1)[0] not in writes.functions:
+                writes.functions.append(site.split(" (", 1)[0])
         flags = [dataclasses.replace(f, dest=renames.get(f.dest, f.dest)) for f in flags]
         namespace = {renames.get(k, k): v for k, v in namespace.items()}
         settings = self._settings(server_args, flags, namespace, writes, model)
@@ -271,16 +307,6 @@ class SGLangAdapter(LaunchAdapter):
             return Resolution(request.engine, REJECTED, text, where, flags=tuple(flags), seconds=times)
         return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s resolution cannot run on a CPU: {one_line(error)} "
                                                       f"in {where}", flags=tuple(flags), seconds=times)
-
-
-def _record_stash(writes: Writes) -> Callable[[str, Any], Any]:
-    def transform(name: str, value: Any) -> Any:
-        if name == "_resolved_overrides" and isinstance(value, list) and not isinstance(value, _RecordingList):
-            stash = _RecordingList(value)
-            stash.writes = writes
-            return stash
-        return value
-    return transform
 
 
 def _is_construction(frame: types.FrameType) -> bool:
