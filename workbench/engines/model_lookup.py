@@ -132,7 +132,8 @@ def warm_hub_client() -> None:
         try:
             return made(*args, **kwargs)
         except TypeError:  # an unhashable argument: made as usual
-            return ssl.create_default_context.__wrapped__(*args, **kwargs)  # type: ignore[attr-defined]
+            fresh: ssl.SSLContext = made.__wrapped__(*args, **kwargs)
+            return fresh
 
     cached.workbench_cached = True  # type: ignore[attr-defined]
     cached.__wrapped__ = made.__wrapped__  # type: ignore[attr-defined]
