@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,3 +139,63 @@ def warm_hub_client() -> None:
     cached.workbench_cached = True  # type: ignore[attr-defined]
     cached.__wrapped__ = made.__wrapped__  # type: ignore[attr-defined]
     ssl.create_default_context = cached  # type: ignore[assignment]
+
+
+ASSUMED_ABSENT: list[str] = []  # "repo/file" the engine asked the hub about that the cache lacks (this request)
+
+
+def _cached_file(repo_id: str, filename: str, revision: str | None, repo_type: str | None) -> bool:
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, filename, cache_dir=constants.HF_HUB_CACHE, revision=revision,
+                                   repo_type=repo_type)
+    if not isinstance(found, str):
+        ASSUMED_ABSENT.append(f"{repo_id}/{filename}")
+    return isinstance(found, str)
+
+
+def answer_hub_from_cache() -> None:
+    """Answer the hub questions engines ask while resolving (``HfApi.file_exists``,
+    ``list_repo_files``) from the user's cache, as the hub would answer for the files it holds.
+
+    Online, the engine asks the hub whether a model has, say, ``hf_quant_config.json``; offline
+    the question raises. Here the cache answers: a file it holds exists, one it lacks is taken as
+    absent from the repository (the workbench's assumption, listed in the check's notes)."""
+    try:
+        import huggingface_hub
+        from huggingface_hub import HfApi
+    except ImportError:
+        return
+    if getattr(HfApi.file_exists, "workbench_cached", False):
+        return
+
+    def file_exists(self: object, repo_id: str, filename: str, *, repo_type: str | None = None,
+                    revision: str | None = None, token: object = None) -> bool:
+        return _cached_file(repo_id, filename, revision, repo_type)
+
+    def list_repo_files(self: object, repo_id: str, *, revision: str | None = None, repo_type: str | None = None,
+                        token: object = None) -> list[str]:
+        from huggingface_hub import constants
+
+        snapshot = _snapshot(repo_id, constants.HF_HUB_CACHE, revision)
+        return sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()) if snapshot else []
+
+    file_exists.workbench_cached = True  # type: ignore[attr-defined]
+    originals = {"file_exists": HfApi.file_exists, "list_repo_files": HfApi.list_repo_files}
+    HfApi.file_exists = file_exists  # type: ignore[assignment,method-assign]
+    HfApi.list_repo_files = list_repo_files  # type: ignore[assignment,method-assign]
+    # The module-level shortcuts (huggingface_hub.file_exists) are methods bound at import.
+    api = HfApi()
+    for module in [huggingface_hub, *(m for name, m in sys.modules.items() if name.startswith("huggingface_hub."))]:
+        for name, original in originals.items():
+            bound = getattr(module, name, None)
+            if bound is not None and getattr(bound, "__func__", None) is original:
+                setattr(module, name, getattr(api, name))
+
+
+def _snapshot(repo_id: str, cache: str, revision: str | None) -> Path | None:
+    folder = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    ref = folder / "refs" / (revision or "main")
+    name = ref.read_text().strip() if ref.is_file() else (revision or "")
+    snapshot = folder / "snapshots" / name
+    return snapshot if name and snapshot.is_dir() else None

@@ -102,10 +102,20 @@ def _npu_smi(gpu: Gpu) -> str:
     return f"#!{sys.executable}\nprint('stand-in npu-smi: {gpu.device_name} x {gpu.devices_per_node} (workbench)')\n"
 
 
+def _host_cpu(torch: Any) -> None:
+    """The host CPU questions older releases ask through torch internals this torch no longer has
+    (``torch._C._cpu._is_amx_tile_supported``, asked for the CPU backend): no AMX, the answer of a
+    CPU without it. Only a missing function is added; nothing the running torch has is changed."""
+    cpu = torch._C._cpu
+    if not hasattr(cpu, "_is_amx_tile_supported"):
+        cpu._is_amx_tile_supported = lambda: False
+
+
 def install(gpu: Gpu) -> Path:
     """Stand in for ``gpu`` in this process; returns the folder of the stand-in tools (on ``PATH``)."""
     import torch
 
+    _host_cpu(torch)
     if gpu.platform in ("cuda", "rocm"):
         _device_module(gpu, torch.cuda)
         torch.version.cuda = gpu.toolkit if gpu.platform == "cuda" else None  # type: ignore[misc]

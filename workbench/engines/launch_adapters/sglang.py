@@ -59,7 +59,8 @@ from workbench.engines.launch_adapters.common import (
     short_path,
     traced_setattr,
 )
-from workbench.engines.model_lookup import Located, apply_hub_env, locate, warm_hub_client
+from workbench.engines.launch_adapters.sglang_runner import run_runner_stage
+from workbench.engines.model_lookup import ASSUMED_ABSENT, Located, answer_hub_from_cache, apply_hub_env, locate, warm_hub_client
 
 # The settings the workbench's side reads (workbench.preflight.resolve_sglang), reported whether or
 # not the command or the engine touched them.
@@ -138,6 +139,7 @@ class SGLangAdapter(LaunchAdapter):
         self.defaults_at = _field_lines(self.package_dir)
         self.defs = def_lines(self.package_dir)
         warm_hub_client()
+        answer_hub_from_cache()
         functions = ("prepare_server_args", "ServerArgs.resolve_once" if self._has_resolve_once() else "ServerArgs.__post_init__")
         return LoadReport(f"sglang=={_version(self.package_dir)}", "loaded", resolution, functions,
                           seconds=time.perf_counter() - start)
@@ -233,6 +235,7 @@ class SGLangAdapter(LaunchAdapter):
                 times["resolve"] = time.perf_counter() - start
                 model_config = self._model_config(server_args)
                 draft_config = self._model_config(server_args, draft) if draft is not None and not draft.missing else None
+                runner_settings, runner_notes = run_runner_stage(server_args, model_config, self.package_dir)
         except BaseException as error:  # noqa: BLE001 - the engine's refusal, or what a CPU cannot run
             return self._stopped(request, flags, error, model, draft, times)
         times["model_config"] = time.perf_counter() - start - times["resolve"]
@@ -243,12 +246,16 @@ class SGLangAdapter(LaunchAdapter):
         flags = [dataclasses.replace(f, dest=renames.get(f.dest, f.dest)) for f in flags]
         namespace = {renames.get(k, k): v for k, v in namespace.items()}
         settings = self._settings(server_args, flags, namespace, writes, model)
+        settings.update(runner_settings)
         context = getattr(model_config, "context_len", None)
         settings["model_config.context_len"] = Setting(
             context, ENGINE, f"ModelConfig.context_len ({self._context_source()}) from {model.found}")
         facts = _facts(model, model_config, server_args, draft_facts=_facts(draft, draft_config, server_args)
                        if draft is not None and draft_config is not None else None)
         notes = [f"{draft.missing} (the draft model's own config was not read)"] if draft is not None and draft.missing else []
+        notes += runner_notes
+        notes += [f"{name}: not in the Hugging Face cache, taken as absent from the model's repository (the engine "
+                  "asked the hub about it)" for name in dict.fromkeys(ASSUMED_ABSENT)]
         return Resolution(request.engine, RESOLVED, flags=tuple(flags), settings=settings, model=facts,
                           notes=tuple(notes), functions=tuple(writes.functions), seconds=times)
 
