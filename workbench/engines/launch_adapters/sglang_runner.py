@@ -81,7 +81,7 @@ def run_runner_stage(server_args: Any, model_config: Any, package_dir: Path) -> 
         runner = _runner(server_args, model_config)
     except BaseException as error:  # noqa: BLE001 - the runner's module needs the device: say so
         return settings, [f"the model runner's start-up decisions could not run: {one_line(error)}"]
-XX
+    where = f"on a runner stand-in with ModelRunner.__init__'s fields ({_field_lines(Path(str(runner_module.__file__)), package_dir)})"
     if needs_backend:
         adjust = runner_module.ModelRunner.model_specific_adjustment
         try:
