@@ -113,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
+    engines = sub.add_parser("engines", help="the engine processes that read launch commands, and what each release loads",
+                             epilog="stop: stop every engine process; running: list them; learn-launch: load releases "
+                                    "and record their parser and resolution (data/engines/NAME/VERSION.json); "
+                                    "launch-table: print the README's table of releases from those records")
+    engines.add_argument("action", choices=("stop", "running", "learn-launch", "launch-table"))
+    engines.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
+                                          "(default sglang)")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -358,6 +365,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "engines":  # engine processes and learned files; no device here
+            return _engines(args, out)
         if args.command == "conformance":  # runs engine code in worker processes; no device here
             from workbench.engines.conformance import main as conformance
 
@@ -382,6 +391,28 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         print("workbench: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _engines(args: argparse.Namespace, out: IO[str]) -> int:
+    from workbench.engines import launch_learn, launch_service, releases
+
+    if args.action == "stop":
+        stopped = launch_service.stop_all()
+        out.write(f"stopped {len(stopped)} engine process{'es' if len(stopped) != 1 else ''}"
+                  + (f": {', '.join(stopped)}" if stopped else "") + "\n")
+        return 0
+    if args.action == "running":
+        out.writelines(f"{path.stem}\n" for path in launch_service.running())
+        return 0
+    asked = _str_list(args.engine or "sglang")
+    engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
+    if args.action == "launch-table":
+        out.write(launch_learn.table(engines) + "\n")
+        return 0
+    for engine in engines:
+        print(f"workbench: learning {engine}'s parser and resolution", file=sys.stderr)
+        launch_learn.learn(engine)
+    return 0
 
 
 def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:

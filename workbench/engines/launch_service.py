@@ -172,10 +172,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stop_all(wait: float = 30) -> list[str]:
-    """Stop every engine process of the run folder and wait for them to exit; the names stopped."""
+def stop(engine: str, gpu: str, wait: float = 30) -> list[str]:
+    """Stop the engine process of ``engine`` on ``gpu``, if one runs."""
+    return stop_all(wait, [socket_path(engine, gpu)])
+
+
+def stop_all(wait: float = 30, paths: list[Path] | None = None) -> list[str]:
+    """Stop every engine process of the run folder (or those of ``paths``) and wait for them to
+    exit; the names stopped."""
     stopped, pids = [], []
-    for path in sorted(run_dir().glob("*.sock")):
+    for path in sorted(run_dir().glob("*.sock")) if paths is None else paths:
+        if not path.exists():
+            continue
         pid_file = path.with_suffix(".pid")
         try:
             pid = int(pid_file.read_text()) if pid_file.exists() else 0

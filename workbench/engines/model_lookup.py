@@ -25,6 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HUB_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
+CREATED: list[Path] = []  # folders made for --model-config in this process, removed by cleanup()
+
+
+def cleanup() -> None:
+    """Remove the folders this process made for ``--model-config`` files."""
+    while CREATED:
+        shutil.rmtree(CREATED.pop(), ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ def from_config_file(name: str, model_config: str, cwd: str) -> Located:
     if not source.is_file():
         return Located(name, "", "", f"--model-config: {model_config!r} is not a file (give the model's config.json)")
     folder = Path(tempfile.mkdtemp(prefix="workbench-model-")) / (Path(name.rstrip("/")).name or "model")
+    CREATED.append(folder.parent)
     folder.mkdir()
     shutil.copyfile(source, folder / "config.json")
     return Located(name, str(folder), f"--model-config {model_config}")

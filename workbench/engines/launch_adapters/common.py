@@ -181,7 +181,8 @@ def one_line(error: BaseException) -> str:
 REFUSALS = (ValueError, AssertionError, NotImplementedError, RuntimeError, TypeError, KeyError)
 # Texts that say the code needed the machine it is not on (a device, a driver, a missing library).
 _CPU_SIGNS = ("stand-in", "not compiled with cuda", "torch not compiled", "no cuda gpus", "nvml", "cuda driver",
-              "found no nvidia driver", "libcuda", "is not installed", "no module named", "cannot import name")
+              "found no nvidia driver", "libcuda", "is not installed", "no module named", "cannot import name",
+              "drivers are installed", "nvidia-smi", "rocm-smi", "npu-smi", "runner stand-in")
 
 
 def is_refusal(error: BaseException, package_dir: Path) -> bool:

@@ -235,7 +235,8 @@ class SGLangAdapter(LaunchAdapter):
                 times["resolve"] = time.perf_counter() - start
                 model_config = self._model_config(server_args)
                 draft_config = self._model_config(server_args, draft) if draft is not None and not draft.missing else None
-                runner_settings, runner_notes = run_runner_stage(server_args, model_config, self.package_dir)
+                runner_settings, runner_notes = run_runner_stage(server_args, _resolved(server_args), model_config,
+                                                                 self.package_dir)
         except BaseException as error:  # noqa: BLE001 - the engine's refusal, or what a CPU cannot run
             return self._stopped(request, flags, error, model, draft, times)
         times["model_config"] = time.perf_counter() - start - times["resolve"]

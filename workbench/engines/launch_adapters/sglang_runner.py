@@ -66,14 +66,16 @@ def _site(function: Any, package_dir: Path) -> str:
     return f"{function.__qualname__} ({short_path(code.co_filename, package_dir)}:{code.co_firstlineno})"
 
 
-def run_runner_stage(server_args: Any, model_config: Any, package_dir: Path) -> tuple[dict[str, Setting], list[str]]:
-    """Run the runner's decisions where ``ServerArgs`` left them open: the settings they gave
-    (``cuda_graph_max_bs``; the attention backend is written on ``server_args`` itself, and seen
-    there) and notes for what could not run."""
+def run_runner_stage(server_args: Any, resolved: dict[str, Any], model_config: Any, package_dir: Path
+                     ) -> tuple[dict[str, Setting], list[str]]:
+    """Run the runner's decisions where the resolution (``resolved``: its values) left them open:
+    the settings they gave (``cuda_graph_max_bs``; the attention backend is written on
+    ``server_args`` itself, and seen there) and notes for what could not run."""
     settings: dict[str, Setting] = {}
     notes: list[str] = []
-    needs_backend = getattr(server_args, "attention_backend", "set") is None
-    needs_batches = getattr(server_args, "cuda_graph_max_bs", "set") is None and not server_args.disable_cuda_graph
+    needs_backend = "attention_backend" in resolved and resolved["attention_backend"] is None
+    needs_batches = ("cuda_graph_max_bs" in resolved and resolved["cuda_graph_max_bs"] is None
+                     and "cuda_graph_config" not in resolved and not resolved.get("disable_cuda_graph"))
     if not (needs_backend or needs_batches):
         return settings, notes
     try:
@@ -82,8 +84,10 @@ def run_runner_stage(server_args: Any, model_config: Any, package_dir: Path) -> 
     except BaseException as error:  # noqa: BLE001 - the runner's module needs the device: say so
         return settings, [f"the model runner's start-up decisions could not run: {one_line(error)}"]
     where = f"on a runner stand-in with ModelRunner.__init__'s fields ({_field_lines(Path(str(runner_module.__file__)), package_dir)})"
-    if needs_backend:
-        adjust = runner_module.ModelRunner.model_specific_adjustment
+    adjust = getattr(runner_module.ModelRunner, "model_specific_adjustment", None)
+    if needs_backend and adjust is None:
+        notes.append("the attention backend is left open and ModelRunner has no model_specific_adjustment")
+    elif needs_backend:
         try:
             adjust(runner)
         except BaseException as error:  # noqa: BLE001
