@@ -84,7 +84,7 @@ def run_runner_stage(server_args: Any, resolved: dict[str, Any], model_config: A
     except BaseException as error:  # noqa: BLE001 - the runner's module needs the device: say so
         return settings, [f"the model runner's start-up decisions could not run: {one_line(error)}"]
     where = f"on a runner stand-in with ModelRunner.__init__'s fields ({_field_lines(Path(str(runner_module.__file__)), package_dir)})"
-    adjust = getattr(runner_module.ModelRunner, "model_specific_adjustment", None)
+    adjust: Any = getattr(runner_module.ModelRunner, "model_specific_adjustment", None)
     if needs_backend and adjust is None:
         notes.append("the attention backend is left open and ModelRunner has no model_specific_adjustment")
     elif needs_backend:
