@@ -112,12 +112,19 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
         return Located(name, "", "", f"{flag} {name}: the directory has no config.json "
                                      "(give --model-config CONFIG.json, the model's config)")
     cache = hub_cache(lookup_env)
+    if "$" in name or "{" in name:
+        return Located(name, "", "", f"{flag} {name}: a placeholder the command does not set; give the model "
+                                     "(its directory or Hugging Face id) in its place, or --model-config CONFIG.json")
     if _looks_local(name):
         return Located(name, "", "", f"{flag} {name}: no such directory on this machine; give --model-config "
                                      "CONFIG.json (the config.json of that directory)")
     from huggingface_hub import try_to_load_from_cache  # the release's own
 
-    found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
+    try:
+        found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
+    except ValueError:  # not a valid repository id (huggingface_hub's HFValidationError)
+        return Located(name, "", "", f"{flag} {name}: neither a directory on this machine nor a Hugging Face id; "
+                                     "give --model-config CONFIG.json")
     if isinstance(found, str):
         return Located(name, name, f"Hugging Face cache {Path(found).parent}")
     return Located(name, "", "", f"{flag} {name}: not in the Hugging Face cache ({cache}; set by HF_HUB_CACHE or "

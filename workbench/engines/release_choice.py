@@ -14,10 +14,16 @@ the nearest release read for it.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import functools
 import importlib.metadata
+import io
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from workbench.engines import releases
+from workbench.engines import learned, releases
 from workbench.engines.launch import LaunchVersion, load_launch_data
 from workbench.engines.versions import measured_releases
 
@@ -95,3 +101,55 @@ def launch_version(choice: Choice) -> LaunchVersion:
     facts = data.versions[nearest] if nearest else None
     return LaunchVersion(engine=choice.release, base=choice.buffers if choice.buffers != choice.release else None,
                          pseudo=None, defaults=facts.defaults if facts else {}, reach=facts.reach if facts else {})
+
+
+@functools.lru_cache(maxsize=64)
+def _option_parser(engine: str) -> argparse.ArgumentParser | None:
+    """A parser holding the option strings the release's learned ``parser`` section lists (each its
+    own destination): argparse's own matching of a command's options against that release's."""
+    section = learned.section(engine, "parser") or {}
+    options = (section.get("option_strings") or {}).get("value")
+    if not options:
+        return None
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=bool((section.get("abbreviations") or {}).get("value", True)))
+    for number, option in enumerate(options):
+        parser.add_argument(option, dest=f"option_{number}", nargs="*")
+    return parser
+
+
+def knows_options(engine: str, words: Sequence[str]) -> bool | None:
+    """Whether every option in ``words`` is one the release's parser takes (exactly, or as an
+    abbreviation argparse accepts); None when the release's parser was never learned."""
+    parser = _option_parser(engine)
+    if parser is None:
+        return None
+    with contextlib.redirect_stderr(io.StringIO()):
+        for word in words:
+            if not word.startswith("-") or word == "--":
+                continue
+            try:
+                found: Any = parser._parse_optional(word)
+            except SystemExit:  # ambiguous
+                return False
+            if isinstance(found, list):
+                found = found[0] if len(found) == 1 else None
+            if (not found or found[0] is None) and not _looks_negative(word):
+                return False
+    return True
+
+
+def _looks_negative(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def newest_knowing(name: str, words: Sequence[str], before: str | None = None) -> str | None:
+    """The newest listed release (older than ``before``, when given) whose learned parser takes
+    every option of ``words``."""
+    listed = list(releases.releases(name))
+    if before is not None and before in listed:
+        listed = listed[:listed.index(before)]
+    return next((engine for engine in reversed(listed) if knows_options(engine, words)), None)

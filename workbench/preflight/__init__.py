@@ -166,7 +166,11 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
-        raise PreflightError(f"{choice.release} refuses the command ({by}): {resolution.message}")
+        hint = ""
+        if resolution.rejected_by == "parser" and engine is None:
+            older = release_choice.newest_knowing(parsed.engine, parsed.argv, before=choice.release)
+            hint = f" ({older} takes every option of it: workbench check --engine {older})" if older else ""
+        raise PreflightError(f"{choice.release} refuses the command ({by}): {resolution.message}{hint}")
     if resolution.status != RESOLVED:
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
                            f"UNDECIDED: {resolution.message}")
