@@ -111,11 +111,45 @@ def _host_cpu(torch: Any) -> None:
         cpu._is_amx_tile_supported = lambda: False
 
 
+# Operator namespaces of the accelerator libraries the engine process stands in for (standins.py).
+STOOD_IN_OPS = ("sgl_kernel", "flashinfer", "vllm", "_C", "_moe_C", "npu", "aiter", "torch_npu")
+
+
+def _fake_registrations(torch: Any) -> None:
+    """``torch.library.register_fake("sgl_kernel::op")`` at a module's top registers a shape
+    function for an operator of a library that is not here: the operator does not exist, and the
+    registration raises at import. For those namespaces a failed registration leaves the function
+    unregistered (it would only ever describe a kernel that cannot run here)."""
+    library = torch.library
+    original = library.register_fake
+    if getattr(original, "workbench_stood_in", False):
+        return
+
+    def register_fake(op: Any, func: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+        namespace = op.split("::", 1)[0] if isinstance(op, str) else ""
+        if namespace not in STOOD_IN_OPS:
+            return original(op, func, *args, **kwargs)
+
+        def apply(function: Any) -> Any:
+            try:
+                return original(op, function, *args, **kwargs)
+            except RuntimeError as error:  # "operator sgl_kernel::x does not exist"
+                if "does not exist" not in str(error):
+                    raise
+                return function
+
+        return apply if func is None else apply(func)
+
+    register_fake.workbench_stood_in = True  # type: ignore[attr-defined]
+    library.register_fake = register_fake
+
+
 def install(gpu: Gpu) -> Path:
     """Stand in for ``gpu`` in this process; returns the folder of the stand-in tools (on ``PATH``)."""
     import torch
 
     _host_cpu(torch)
+    _fake_registrations(torch)
     if gpu.platform in ("cuda", "rocm"):
         _device_module(gpu, torch.cuda)
         torch.version.cuda = gpu.toolkit if gpu.platform == "cuda" else None  # type: ignore[misc]
