@@ -144,6 +144,15 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
     return rows, notes, status, verdict
 
 
+def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
+            overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
+            progress: IO[str] | None = sys.stderr) -> Deployment | None:
+    """The deployment ``command`` resolves to (no rows run); None when the check is undecided
+    before the rows (a model not on this machine, a release that cannot run here)."""
+    return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
+                  owner=owner, progress=progress).deployment
+
+
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
           progress: IO[str] | None = sys.stderr) -> CheckResult:
@@ -153,6 +162,13 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     ``owner``: the release's engine process ends with this process (a notebook, a test session);
     False leaves it running for the next command-line check. ``progress``: where the first use of
     a release says that it is fetching and loading (None: silent)."""
+    return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
+                  owner=owner, progress=progress)
+
+
+def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
+           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None) -> CheckResult:
+    """``check``; ``device`` None stops before the rows."""
     parsed = parse_command(command)
     if parsed.engine not in ADAPTERS:
         from workbench.preflight.resolve_vllm import legacy_check
@@ -175,8 +191,11 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
                            f"UNDECIDED: {resolution.message}")
     deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
+    if device is None:
+        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)
     return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
 
 
-__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "pick_gpu", "vllm_backends"]
+__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "pick_gpu", "resolve",
+           "vllm_backends"]

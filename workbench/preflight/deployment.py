@@ -20,7 +20,7 @@ from workbench.engines.release_choice import Choice
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.preflight.command import LaunchCommand, PreflightError
 
-DEVICE_FAMILIES = {"npu": "ascend-npu", "cuda": "cuda"}  # TableBackend.device_family of a --device
+DEVICE_FAMILIES = {"npu": "ascend-npu", "cuda": "cuda", "rocm": "rocm"}  # TableBackend.device_family of a device
 
 
 @dataclass(frozen=True)

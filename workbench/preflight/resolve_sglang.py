@@ -77,6 +77,8 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     s.take("model_path")
     s.items["gpu"] = gpu_setting(context)
     device = str(s.take("device") or context.gpu.platform)
+    if device == "cuda" and context.gpu.platform == "rocm":  # SGLang calls a ROCm GPU "cuda"; its backends are ROCm's
+        device = "rocm"
     algorithm, draft, steps, topk, has_kv = _speculative(s, context)
     backend = s.take("decode_attention_backend") or s.take("attention_backend")
     if s.engine.get("decode_attention_backend") and s.engine["decode_attention_backend"].value is not None:

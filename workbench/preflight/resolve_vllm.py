@@ -268,7 +268,7 @@ _GPU_MEMORY = {"h100": 80, "h200": 141, "b200": 180, "a100": 80}
 
 
 def legacy_check(command: LaunchCommand, *, engine: str | None, model_config: str | None, overshoot: int | None,
-                 gpu: str | None, device: str) -> CheckResult:
+                 gpu: str | None, device: str | None) -> CheckResult:
     """A vLLM check by the workbench's own reading of vLLM (no vLLM adapter on this branch)."""
     from workbench.preflight import CheckResult, _run_rows
 
@@ -287,5 +287,7 @@ def legacy_check(command: LaunchCommand, *, engine: str | None, model_config: st
     choice = Choice(name, name, "--engine" if engine else "the newest modelled vLLM version", name, ())
     deployment = resolve_vllm(_Cmd(flags), version, model_config=model_config, gpu=gpu_name, overshoot=overshoot,
                               command=command, choice=choice)
+    if device is None:
+        return CheckResult(command, choice, deployment, (), deployment.notes, 3, "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)
     return CheckResult(command, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
