@@ -84,6 +84,16 @@ def choose(name: str, asked: str | None) -> Choice:
     return Choice(asked, release, reason, buffers, notes)
 
 
+def offered() -> list[str]:
+    """Every version a check can be asked for: the listed releases of the engines read by their own
+    code, the pseudo-versions, and the versions the workbench reads itself (vLLM, until its adapter)."""
+    from workbench.engines.launch_adapters import ADAPTERS
+
+    read_by_code = [e for name in ADAPTERS for e in releases.releases(name)]
+    data = load_launch_data().versions
+    return [*read_by_code, *(v for v in data if v not in read_by_code and (data[v].base or v.split("==")[0] not in ADAPTERS))]
+
+
 def _version(engine: str) -> str:
     return engine.split("==", 1)[1]
 

@@ -92,10 +92,13 @@ _DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
 
 
 def def_lines(package_dir: Path) -> dict[str, str]:
-    """``function name -> file:line`` of every ``def`` in the modules resolution runs (server_args,
-    arg_groups, configs), built once per engine process: a decision's source names its function."""
+    """``function name -> file:line`` of every ``def`` in the engine's package, built once per engine
+    process: a decision's source names only its function. Where two modules define one name, the
+    argument resolution's own modules (server_args, arg_groups) come first, then the hardware
+    back-ends, then the rest."""
     srt = package_dir / "srt"
-    files = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py")), *sorted((srt / "configs").glob("*.py"))]
+    first = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py")), *sorted((srt / "hardware_backend").rglob("*.py"))]
+    files = [*first, *(p for p in sorted(srt.rglob("*.py")) if p not in set(first))]
     found: dict[str, str] = {}
     for path in files:
         if not path.is_file():
