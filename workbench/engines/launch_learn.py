@@ -91,6 +91,8 @@ def learn(engine: str, *, gpu_name: str = "h100", write: bool = True, progress: 
                         "reason": "a Llama-shaped config of the workbench's, in a local directory"},
         "probes": {name: _measured(result, "prepare_server_args + the release's resolution") for name, result in probes.items()},
         "load_seconds": _measured(loaded["seconds"], "the engine process's load"),
+        "extra_paths": _measured([Path(p).name for p in report.get("extra_paths", [])],
+                                 "the folders the release needed beside its own (torchvision for some pins)"),
     }
     if write:
         learned.write_section(engine, "parser", parser_section)

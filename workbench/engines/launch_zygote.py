@@ -190,7 +190,8 @@ def _load(job: dict[str, Any]) -> tuple[LaunchAdapter, dict[str, Any], Path]:
     warmed = _warm_up(engine_adapter, job["engine"], job["gpu"]) if loaded.parser == "loaded" else 0
     loaded = LoadReport(loaded.engine, loaded.parser, loaded.resolution, loaded.functions, loaded.read,
                         round(time.perf_counter() - start, 2))
-    return engine_adapter, {"load": to_json(loaded), "parser": parser, "warm_modules": warmed}, tools
+    return engine_adapter, {"load": to_json(loaded), "parser": parser, "warm_modules": warmed,
+                            "extra_paths": job.get("extra_paths", [])}, tools
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ graphs disabled, or a buffer no backend models).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,17 @@ def _device_hint(argv: Sequence[str]) -> str | None:
         if len(name) >= 5 and "--device".startswith(name):
             return value if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
     return None
+
+
+# $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <model-dir>
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|^\{[a-z][a-z_ -]*\}?$|^<[a-z][a-z _-]*>?$")
+
+
+def unset_variables(command: LaunchCommand) -> list[str]:
+    """The shell variables (``$i``, ``${MODEL_PATH}``) and documentation placeholders
+    (``{weights path}``, ``<model>``) left in the command's arguments: values only its author knows."""
+    found = [m.group(0) for word in command.argv for m in _PLACEHOLDER.finditer(word) if not word.lstrip().startswith("{\"")]
+    return list(dict.fromkeys(found))
 
 
 def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
@@ -179,6 +191,11 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     except ValueError as err:
         raise PreflightError(str(err)) from None
     chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
+    outside = unset_variables(parsed)
+    if outside:
+        return CheckResult(parsed, choice, None, (), (), UNDECIDED,
+                           f"UNDECIDED: the command uses {', '.join(outside)}, set outside it (a shell variable or a "
+                           "placeholder): give the values in their place")
     resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by

@@ -119,6 +119,7 @@ class SGLangAdapter(LaunchAdapter):
         self.defaults_at: dict[str, str] = {}
         self.defs: dict[str, str] = {}
         self.parser: argparse.ArgumentParser | None = None
+        self.load_failure = ""
 
     # ---- once per engine process -----------------------------------------------------------------
 
@@ -132,7 +133,9 @@ class SGLangAdapter(LaunchAdapter):
             self.server_args = importlib.import_module("sglang.srt.server_args")
             self._parser()
         except BaseException as error:  # noqa: BLE001 - a release whose parser cannot load says why, in one line
-            return LoadReport(f"sglang=={_version(self.package_dir)}", f"does not load: {_where(error, self.package_dir)}",
+            self.server_args = None
+            self.load_failure = f"does not load: {_where(error, self.package_dir)}"
+            return LoadReport(f"sglang=={_version(self.package_dir)}", self.load_failure,
                               "not tried (no parser)", seconds=time.perf_counter() - start)
         resolution = "loaded"
         try:
@@ -194,6 +197,9 @@ class SGLangAdapter(LaunchAdapter):
     # ---- once per request (a forked child) -------------------------------------------------------
 
     def resolve(self, request: LaunchRequest) -> Resolution:
+        if self.server_args is None:
+            return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s parser cannot be loaded on a CPU: "
+                                                          f"{self.load_failure}")
         os.environ.update(request.env)
         apply_hub_env(request.lookup_env)
         times: dict[str, float] = {}
@@ -308,9 +314,14 @@ class SGLangAdapter(LaunchAdapter):
                  draft: Located | None, times: dict[str, float]) -> Resolution:
         if draft is not None and draft.missing and draft.name in str(error):
             return Resolution(request.engine, UNDECIDED, draft.missing, flags=tuple(flags), seconds=times)
-        if isinstance(error, OSError) and model.name in str(error):
-            return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: the engine could not read its config "
-                                                         f"({one_line(error)})", flags=tuple(flags), seconds=times)
+        if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError)) or \
+                type(error).__name__ in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "EntryNotFoundError"):
+            # the engine asked for a file of the model the cache does not hold (remote code, a
+            # tokenizer): offline, that is not the engine refusing, it is a file to give
+            return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: the engine needs a file of the model "
+                                                         f"that is not on this machine ({one_line(error)[:300]}); put the "
+                                                         "model's files into the Hugging Face cache, or give --model-config",
+                              flags=tuple(flags), seconds=times)
         frame = engine_frame(error, self.package_dir)
         where = f"{frame.name} ({short_path(frame.filename, self.package_dir)}:{frame.lineno})" if frame else "?"
         if is_refusal(error, self.package_dir):
