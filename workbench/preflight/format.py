@@ -60,7 +60,8 @@ def format_text(result: CheckResult) -> str:
         lines.append("resolved settings (origin: given, engine = the release's own code, read = from its source, workbench):")
         for s in d.settings.values():
             mark = "" if s.modelled else "  [changes no modelled buffer]"
-            lines.append(f"  {s.name:<34} {_value(s.value):<14} {s.origin:<9} {s.source}{mark}")
+            given = f" (given {_value(s.given)})" if s.given is not None else ""
+            lines.append(f"  {s.name:<34} {_value(s.value):<14} {s.origin:<9} {s.source}{given}{mark}")
     if result.notes:
         lines.append("notes:")
         lines.extend(f"  {n}" for n in result.notes)

@@ -81,8 +81,9 @@ def _stash_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
     (read after the resolution: the list is the engine's own and is left as it is)."""
     sites: dict[str, str] = {}
     for source, fields in getattr(server_args, "_resolved_overrides", None) or ():
-        function = str(source).rsplit(".", 1)[-1]
-        site = f"{source} ({defs[function]})" if function in defs else str(source)
+        # "module.function", "Class.method" or "function.detail": the innermost part that is a def
+        function = next((part for part in reversed(str(source).split(".")) if part in defs), None)
+        site = f"{source} ({defs[function]})" if function else str(source)
         for name in fields:
             sites[name] = site
     return sites
