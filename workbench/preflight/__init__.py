@@ -28,7 +28,7 @@ from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
-from workbench.preflight.deployment import Deployment, ResolveContext
+from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
@@ -207,7 +207,10 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     if resolution.status != RESOLVED:
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
                            f"UNDECIDED: {resolution.message}")
-    deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
+    try:
+        deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
+    except NotModelled as err:
+        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED, f"UNDECIDED: {err}")
     if device is None:
         return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)

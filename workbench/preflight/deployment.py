@@ -18,7 +18,7 @@ from workbench.engines.launch_adapters import GIVEN, READ, WORKBENCH, FlagUse, G
 from workbench.engines.launch_adapters import Setting as EngineSetting
 from workbench.engines.release_choice import Choice
 from workbench.model.geometry import Mode, ServingGeometry
-from workbench.preflight.command import LaunchCommand, PreflightError
+from workbench.preflight.command import LaunchCommand
 
 DEVICE_FAMILIES = {"npu": "ascend-npu", "cuda": "cuda", "rocm": "rocm"}  # TableBackend.device_family of a device
 
@@ -129,8 +129,12 @@ def gpu_setting(context: ResolveContext) -> Setting:
                    GIVEN if context.gpu_reason == "--gpu" else WORKBENCH, f"{context.gpu_reason}; {g.source}")
 
 
+class NotModelled(ValueError):
+    """A deployment the engine accepts that the workbench's models do not cover (undecided, not bad input)."""
+
+
 def check_geometry(**fields: object) -> ServingGeometry:
     try:
         return ServingGeometry(**fields)  # type: ignore[arg-type]
     except ValueError as err:
-        raise PreflightError(f"resolved settings: {err}") from None
+        raise NotModelled(f"the engine accepts it, but the workbench models no such deployment: {err}") from None

@@ -233,3 +233,16 @@ def recorded_renames(cls: type, method: str = "from_cli_args") -> Iterator[dict[
         yield renames
     finally:
         setattr(cls, method, original)
+
+
+def refusal_text(error: BaseException) -> str:
+    """The engine's message for a refusal: its text (``Type: text`` unless a ValueError, the usual
+    validation error), or for a bare ``assert`` the asserted source line, which is all it says."""
+    text = str(error).strip()
+    if not text:
+        import linecache
+
+        last = raising_frame(error)
+        line = linecache.getline(last.filename, last.lineno).strip() if last and last.lineno else ""
+        return f"{type(error).__name__}: {line}" if line else type(error).__name__
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"

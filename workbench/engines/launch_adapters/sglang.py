@@ -56,6 +56,7 @@ from workbench.engines.launch_adapters.common import (
     one_line,
     parser_error,
     recorded_renames,
+    refusal_text,
     short_path,
     traced_setattr,
 )
@@ -326,8 +327,7 @@ class SGLangAdapter(LaunchAdapter):
         frame = engine_frame(error, self.package_dir)
         where = f"{frame.name} ({short_path(frame.filename, self.package_dir)}:{frame.lineno})" if frame else "?"
         if is_refusal(error, self.package_dir):
-            text = str(error).strip() or type(error).__name__
-            return Resolution(request.engine, REJECTED, text, where, flags=tuple(flags), seconds=times)
+            return Resolution(request.engine, REJECTED, refusal_text(error), where, flags=tuple(flags), seconds=times)
         return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s resolution cannot run on a CPU: {one_line(error)} "
                                                       f"in {where}", flags=tuple(flags), seconds=times)
 
