@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any
 
 from workbench.engines import gpus, launch_service, learned, releases, wheels
 from workbench.engines.launch_adapters import RESOLVED, LaunchRequest, Resolution, to_json
+from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 
 PROBE_MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
                "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000,
@@ -57,7 +57,7 @@ def _probe_result(resolution: Resolution) -> dict[str, Any]:
             if resolution.model else None, "notes": list(resolution.notes)}
 
 
-def learn(engine: str, *, gpu_name: str = "h100", write: bool = True, progress: IO[str] | None = sys.stderr) -> dict[str, Any]:
+def learn(engine: str, *, gpu_name: str = "h100", write: bool = True, progress: IO[str] | None | Stderr = STDERR) -> dict[str, Any]:
     """Learn ``engine``'s parser and resolution; write its ``parser`` and ``launch`` sections."""
     gpu = gpus.gpu(gpu_name)
     install = wheels.fetch(engine)
@@ -131,13 +131,15 @@ def table(engines: list[str]) -> str:
     return "\n".join(lines)
 
 
-def learn_all(name: str, *, progress: IO[str] = sys.stderr) -> list[str]:
+def learn_all(name: str, *, progress: IO[str] | None | Stderr = STDERR) -> list[str]:
     """Learn every listed release of engine ``name`` (skipping those learned already); the releases done."""
+    stream = progress_stream(progress)
     done = []
     for engine in releases.releases(name):
         if (learned.section(engine, "launch") or {}).get("probes"):
             continue
-        progress.write(f"workbench: learning {engine}'s parser and resolution\n")
+        if stream is not None:
+            stream.write(f"workbench: learning {engine}'s parser and resolution\n")
         try:
             learn(engine, progress=progress)
         except (wheels.FetchError, launch_service.EngineUnavailable) as err:

@@ -39,6 +39,18 @@ START_SECONDS = 600  # loading a release on a busy 2-core machine; past this the
 ANSWER_SECONDS = 240
 
 
+class Stderr:
+    """The default of ``progress``: this process's stderr when the call is made (a default of
+    ``sys.stderr`` itself would be the stream of import time, replaced since by a notebook or a test)."""
+
+
+STDERR = Stderr()
+
+
+def progress_stream(progress: IO[str] | None | Stderr) -> IO[str] | None:
+    return sys.stderr if isinstance(progress, Stderr) else progress
+
+
 class EngineUnavailable(RuntimeError):
     """The release's engine process could not start; the message is one line saying why."""
 
@@ -154,8 +166,9 @@ def _needs_torchvision(ready: dict[str, Any]) -> bool:
 
 
 def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,
-            progress: IO[str] | None = sys.stderr) -> Resolution:
+            progress: IO[str] | None | Stderr = STDERR) -> Resolution:
     """The engine's reading of ``request``, from the release's engine process."""
+    progress = progress_stream(progress)
     path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
     try:
         answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
@@ -166,8 +179,9 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
 
 
 def report(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool = True,
-           progress: IO[str] | None = sys.stderr) -> dict[str, Any]:
+           progress: IO[str] | None | Stderr = STDERR) -> dict[str, Any]:
     """What the release's engine process loaded (``LoadReport``) and its parser's facts."""
+    progress = progress_stream(progress)
     return _send(ensure(install, gpu_json, owner=owner, progress=progress), {"report": True}, ANSWER_SECONDS)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
@@ -27,11 +26,14 @@ from workbench import backends
 from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution
+from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
+# workbench check's own options: in the engine's part of a command they are a misplaced option
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file")
 LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 
 
@@ -99,10 +101,11 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
 
 
 def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
-                      owner: bool = True, progress: IO[str] | None = sys.stderr) -> Resolution:
+                      owner: bool = True, progress: IO[str] | None | Stderr = STDERR) -> Resolution:
     """The release's own reading of the command, from its engine process."""
     from workbench.engines import launch_service
 
+    progress = progress_stream(progress)
     try:
         install = _install(choice.release, progress)
         request = LaunchRequest(choice.release, command.program, command.argv, command.env, gpu, model_config,
@@ -158,7 +161,7 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
 
 def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
             overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
-            progress: IO[str] | None = sys.stderr) -> Deployment | None:
+            progress: IO[str] | None | Stderr = STDERR) -> Deployment | None:
     """The deployment ``command`` resolves to (no rows run); None when the check is undecided
     before the rows (a model not on this machine, a release that cannot run here)."""
     return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
@@ -167,7 +170,7 @@ def resolve(command: str | Sequence[str], *, engine: str | None = None, model_co
 
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
-          progress: IO[str] | None = sys.stderr) -> CheckResult:
+          progress: IO[str] | None | Stderr = STDERR) -> CheckResult:
     """Read ``command`` with its release's own code and run every row; ``device`` is where the
     probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
 
@@ -179,9 +182,11 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
 
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
-           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None) -> CheckResult:
+           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr) -> CheckResult:
     """``check``; ``device`` None stops before the rows."""
     parsed = parse_command(command)
+    if model_config is not None and not os.path.isfile(model_config):
+        raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
     if parsed.engine not in ADAPTERS:
         from workbench.preflight.resolve_vllm import legacy_check
 
@@ -203,6 +208,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         if resolution.rejected_by == "parser" and engine is None:
             older = release_choice.newest_knowing(parsed.engine, parsed.argv, before=choice.release)
             hint = f" ({older} takes every option of it: workbench check --engine {older})" if older else ""
+        misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
+        if misplaced:
+            hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
         raise PreflightError(f"{choice.release} refuses the command ({by}): {resolution.message}{hint}")
     if resolution.status != RESOLVED:
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
