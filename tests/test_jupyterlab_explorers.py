@@ -399,7 +399,7 @@ STEPS = {
         Step("conservativeness slider one step up", lambda p: nudge(p, "conservativeness", "ArrowRight"),
              _has("seed 3", run_agrees)),
     ],
-    "06_preflight": [  # its test parameters check the QwQ command under the revert of the first fix
+    "06_preflight": [  # its test parameters check the Ascend EAGLE3 command under the revert of the first fix
         Step("engine dropdown -> sglang==0.5.23", lambda p: choose(p, "engine", "sglang==0.5.23"),
              _line_has("workbench check: sglang==0.5.23 (", "exit status 0")),
         Step("command edited to --context-length 4096, check pressed",
@@ -407,8 +407,8 @@ STEPS = {
              _line_has("context_length 4096 given", "exit status 0")),
         Step("engine dropdown -> the first fix reverted",
              lambda p: choose(p, "engine", "sglang==0.5.23+revert-ascend-width"),
-             # the spec's closed form for the pre-fix table: verify fails first at ctx - D + 1
-             _line_has("exit status 1", f"target-verify at committed length {4096 - 16 + 1}")),
+             # the closed form for the pre-fix table: verify fails first at ctx - D + 1 (D = 3 steps + 1)
+             _line_has("exit status 1", f"target-verify at committed length {4096 - 4 + 1}")),
     ],
 }
 # Every notebook that shows a widget (05, the atlas, is a figure and a table: nothing to operate)
