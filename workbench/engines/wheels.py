@@ -11,6 +11,12 @@ shadow the project's own). The layout, under ``${WORKBENCH_CACHE:-~/.cache/workb
       torchvision/  a torchvision for the running torch, seen only by versions that need it
       ready    written last: a folder without it is an interrupted fetch and is fetched again
 
+``deps/`` and ``torchvision/`` are links into ``shared/``: releases pinning the same transformers
+and tokenizers share one install of their dependencies (``shared/deps-<hash of the pins>``), and
+every release one torchvision for the running torch, so 43 releases take 43 unpacked wheels and a
+handful of dependency folders rather than 43 copies of 300 MB. (A folder fetched before holds
+real ``deps/`` and ``torchvision/`` folders and is used as it is.)
+
 Everything here is reused when present, so the network is needed once per version.
 """
 
@@ -92,6 +98,9 @@ def fetch(engine: str) -> EngineInstall:
         return found
     name, version = split_engine(engine)
     folder = cache_root() / f"{name}-{version}"
+    found = _await_other_fetch(engine, folder)
+    if found is not None:
+        return found
     shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
     wheel_dir, src, deps = folder / "wheel", folder / "src", folder / "deps"
     got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), f"{name}=={version}")
@@ -100,14 +109,65 @@ def fetch(engine: str) -> EngineInstall:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
     with zipfile.ZipFile(wheels[0]) as whl:
         whl.extractall(src)
-    got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
-    if got.returncode == 0:  # a folder of its own: only the versions that need it see it
-        got = _pip("install", "--no-deps", "--target", str(folder / "torchvision"), _torchvision_for_torch())
-    if got.returncode != 0:
+    requirements = [*SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL)]
+    try:
+        shared_deps = _shared("deps", requirements, ["install", "--target", "{target}", *requirements])
+        vision = _torchvision_for_torch()  # a folder of its own: only the versions that need it see it
+        shared_vision = _shared("torchvision", [vision], ["install", "--no-deps", "--target", "{target}", vision])
+    except FetchError as error:
         raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
-                         f"torchvision): {_last_line(got.stderr)}")
+                         f"torchvision): {error}") from None
+    deps.symlink_to(shared_deps, target_is_directory=True)
+    (folder / "torchvision").symlink_to(shared_vision, target_is_directory=True)
     (folder / "ready").write_text(f"{LAYOUT}\n{wheels[0].name}\n")
     return EngineInstall(engine, src, deps)
+
+
+FETCH_UNDER_WAY_S = 900.0  # a folder changed this recently without ``ready`` is another process's fetch
+
+
+def _await_other_fetch(engine: str, folder: Path) -> EngineInstall | None:
+    """Wait while another process (another run, another checkout) is fetching ``engine`` into
+    ``folder``, rather than removing its half-made folder; its install once ready, or None when
+    nothing is under way (a folder untouched for ``FETCH_UNDER_WAY_S`` is an interrupted fetch)."""
+    import time
+
+    def last_change() -> float:
+        try:
+            return max(p.stat().st_mtime for p in (folder, *folder.iterdir()))
+        except (FileNotFoundError, ValueError):
+            return 0.0
+    while time.time() - last_change() < FETCH_UNDER_WAY_S:
+        time.sleep(5)
+        found = cached(engine)
+        if found is not None:
+            return found
+    return None
+
+
+def _shared(kind: str, requirements: list[str], pip_args: list[str]) -> Path:
+    """``shared/<kind>-<hash of requirements>``, installed by ``pip_args`` (``{target}`` is the
+    folder) when absent. Installed into a folder of its own first and then renamed, so two
+    fetches at once, or an interrupted one, never leave a half install under the final name."""
+    import hashlib
+
+    key = hashlib.sha256("\n".join([sys.version.split()[0], *sorted(requirements)]).encode()).hexdigest()[:12]
+    final = cache_root() / "shared" / f"{kind}-{key}"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(f"{final.name}.part-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    got = _pip(*[str(partial) if arg == "{target}" else arg for arg in pip_args])
+    if got.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(_last_line(got.stderr))
+    (partial / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    try:
+        partial.rename(final)
+    except OSError:  # another fetch finished the same install first
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
 
 
 def _torchvision_for_torch() -> str:
