@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--triton", action="store_true", default=None,
                       help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
+    _add_engines_flags(sub.add_parser("engines", help="engine releases: list them, learn one from its own code"))
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
@@ -121,6 +122,34 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--executor", default="process", help="where the verified search runs (default process)")
     bench.add_argument("--workers", type=int, help="processes (default: every core)")
     return parser
+
+
+def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
+    what = engines.add_subparsers(dest="engines_command", required=True, parser_class=_Parser)
+    learn = what.add_parser("learn", help="learn a release from its own code into NAME/VERSION.json (resumable)")
+    learn.add_argument("engine", nargs="?", help="NAME==VERSION, e.g. sglang==0.5.21")
+    learn.add_argument("--all", dest="all_of", metavar="NAME", help="every listed release of engine NAME")
+    learn.add_argument("--out", help="folder of the learned files (default: the workbench's cache, "
+                                     "${WORKBENCH_CACHE:-~/.cache/workbench}/learned; data/engines writes the shipped ones)")
+    listed = what.add_parser("releases", help="every listed release of an engine, and which are learned")
+    listed.add_argument("name", nargs="?", help="the engine (default: every engine)")
+    listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
+
+
+def _engines(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.engines_command == "learn":
+        from workbench.engines.learn import main as learn
+
+        return learn(args.engine, args.all_of, args.out, out)
+    from workbench.engines import learned, releases
+
+    if args.refresh:
+        releases.refresh()
+    for name in [args.name] if args.name else releases.ENGINES:
+        have = set(learned.learned_releases(name))
+        for engine in releases.releases(name):
+            out.write(f"{engine:<32} {'learned' if engine in have else '-'}\n")
+    return 0
 
 
 _GRID_LISTS = {"components": str, "context_lens": int, "page_sizes": int, "draft_tokens": int, "rules": str,
@@ -365,6 +394,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
                                triton=args.triton, out=out)
+        if args.command == "engines":  # engine code runs in worker processes; no device here
+            return _engines(args, out)
         selection = select_device(args.device)
         if args.device == "auto":  # say what was found, on stderr so the results stay clean
             print(f"workbench: {selection.summary}", file=sys.stderr)

@@ -11,16 +11,22 @@ shadow the project's own). The layout, under ``${WORKBENCH_CACHE:-~/.cache/workb
       torchvision/  a torchvision for the running torch, seen only by versions that need it
       ready    written last: a folder without it is an interrupted fetch and is fetched again
 
+``deps/`` and ``torchvision/`` are links into ``shared/``: releases pinning the same transformers
+and tokenizers share one install of their dependencies (``shared/deps-<hash of the pins>``), and
+every release one torchvision for the running torch, so 43 releases take 43 unpacked wheels and a
+handful of dependency folders rather than 43 copies of 300 MB. (A folder fetched before holds
+real ``deps/`` and ``torchvision/`` folders and is used as it is.)
+
 Large wheels (vLLM's is 336 MB, most of it compiled kernels no CPU loads) are kept *slim*: only
 their Python files and the package data their parser and sizing read are unpacked, and the wheel
 is deleted once unpacked (its name and sha256 stay in ``ready``). Their small dependencies are
-shared by the releases of the family that resolve to the same versions::
+what the release's METADATA allows, resolved by pip, and shared by every release that resolves to
+the same versions::
 
     vllm-0.33.0/
       src/     the wheel's Python files, package data and dist-info
-      ready    the layout, the wheel's name and sha256, and the dependency folder it uses
-    deps/vllm-<hash>/   ``pip install --target`` of what the release's parser imports, at the
-                        versions its METADATA allows; ``<hash>`` names the resolved versions
+      deps/    a link to ``shared/deps-<hash of the resolved versions>``
+      ready    the layout, the wheel's name and sha256
 
 Everything here is reused when present, so the network is needed once per version.
 ``fetch(engine, progress=...)`` says what it is doing (downloading, unpacking, installing the
@@ -135,11 +141,7 @@ def cached(engine: str) -> EngineInstall | None:
         return None
     text = ready.read_text()
     if name in SLIM_FAMILIES:
-        lines = text.splitlines()
-        if len(lines) < 2 or lines[0] != SLIM_LAYOUT:
-            return None
-        deps = cache_root() / "deps" / str(json.loads(lines[1])["deps"])
-        return EngineInstall(engine, folder / "src", deps) if (deps / "ready").exists() else None
+        return EngineInstall(engine, folder / "src", folder / "deps") if text.startswith(SLIM_LAYOUT) else None
     if LAYOUT not in text:
         return None
     return EngineInstall(engine, folder / "src", folder / "deps")
@@ -155,6 +157,9 @@ def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
     if name in SLIM_FAMILIES:
         return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
     folder = cache_root() / f"{name}-{version}"
+    found = _await_other_fetch(engine, folder)
+    if found is not None:
+        return found
     shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
     wheel_dir, src, deps = folder / "wheel", folder / "src", folder / "deps"
     got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), f"{name}=={version}")
@@ -163,21 +168,74 @@ def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
     with zipfile.ZipFile(wheels[0]) as whl:
         whl.extractall(src)
-    got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
-    if got.returncode == 0:  # a folder of its own: only the versions that need it see it
-        got = _pip("install", "--no-deps", "--target", str(folder / "torchvision"), _torchvision_for_torch())
-    if got.returncode != 0:
+    requirements = [*SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL)]
+    try:
+        shared_deps = _shared("deps", requirements, ["install", "--target", "{target}", *requirements])
+        vision = _torchvision_for_torch()  # a folder of its own: only the versions that need it see it
+        shared_vision = _shared("torchvision", [vision], ["install", "--no-deps", "--target", "{target}", vision])
+    except FetchError as error:
         raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
-                         f"torchvision): {_last_line(got.stderr)}")
+                         f"torchvision): {error}") from None
+    deps.symlink_to(shared_deps, target_is_directory=True)
+    (folder / "torchvision").symlink_to(shared_vision, target_is_directory=True)
     (folder / "ready").write_text(f"{LAYOUT}\n{wheels[0].name}\n")
     return EngineInstall(engine, src, deps)
 
+
+FETCH_UNDER_WAY_S = 900.0  # a folder changed this recently without ``ready`` is another process's fetch
+
+
+def _await_other_fetch(engine: str, folder: Path) -> EngineInstall | None:
+    """Wait while another process (another run, another checkout) is fetching ``engine`` into
+    ``folder``, rather than removing its half-made folder; its install once ready, or None when
+    nothing is under way (a folder untouched for ``FETCH_UNDER_WAY_S`` is an interrupted fetch)."""
+    import time
+
+    def last_change() -> float:
+        try:
+            return max(p.stat().st_mtime for p in (folder, *folder.iterdir()))
+        except (FileNotFoundError, ValueError):
+            return 0.0
+    while time.time() - last_change() < FETCH_UNDER_WAY_S:
+        time.sleep(5)
+        found = cached(engine)
+        if found is not None:
+            return found
+    return None
+
+
+def _shared(kind: str, requirements: list[str], pip_args: list[str]) -> Path:
+    """``shared/<kind>-<hash of requirements>``, installed by ``pip_args`` (``{target}`` is the
+    folder) when absent. Installed into a folder of its own first and then renamed, so two
+    fetches at once, or an interrupted one, never leave a half install under the final name."""
+    import hashlib
+
+    key = hashlib.sha256("\n".join([sys.version.split()[0], *sorted(requirements)]).encode()).hexdigest()[:12]
+    final = cache_root() / "shared" / f"{kind}-{key}"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(f"{final.name}.part-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    got = _pip(*[str(partial) if arg == "{target}" else arg for arg in pip_args])
+    if got.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(_last_line(got.stderr))
+    (partial / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    try:
+        partial.rename(final)
+    except OSError:  # another fetch finished the same install first
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
 
 def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineInstall:
     """Download the wheel, unpack its Python files and package data, delete it, and install (or
     reuse) the small dependencies its METADATA allows."""
     name, version = split_engine(engine)
     folder = cache_root() / f"{name}-{version}"
+    found = _await_other_fetch(engine, folder)
+    if found is not None:
+        return found
     shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
     wheel_dir, src = folder / "wheel", folder / "src"
     progress(f"{engine}: downloading the wheel from the package index (pip download --no-deps)")
@@ -191,7 +249,7 @@ def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineIn
     progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
              f"package data; compiled kernels left out), wheel deleted")
     shutil.rmtree(wheel_dir)
-    record["deps"] = _family_deps(engine, src, family, progress).name
+    (folder / "deps").symlink_to(_family_deps(engine, src, family, progress), target_is_directory=True)
     (folder / "ready").write_text(f"{SLIM_LAYOUT}\n{json.dumps(record, sort_keys=True)}\n")
     found = cached(engine)
     assert found is not None
@@ -214,30 +272,21 @@ def _family_deps(engine: str, src: Path, family: SlimFamily, progress: Progress)
 
     The wheel's own specifiers are resolved (``pip install --dry-run --report``) and the folder is
     named by the resolved versions, so releases that resolve alike share one folder."""
-    root = cache_root() / "deps"
-    name = split_engine(engine)[0]
     wanted = _specifiers(src, family.deps)
     if not wanted:  # nothing to install (vllm-ascend loads over a vLLM install)
-        folder = root / f"{name}-none"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "ready").write_text("nothing\n")
-        return folder
+        empty = cache_root() / "shared" / "deps-none"
+        empty.mkdir(parents=True, exist_ok=True)
+        return empty
     progress(f"{engine}: resolving its small dependencies ({', '.join(wanted)})")
     resolved = _resolve(wanted)
     if resolved is None:
         raise FetchError(f"cannot resolve the small dependencies of {engine} ({', '.join(wanted)})")
-    key = hashlib.sha256("\n".join(resolved).encode()).hexdigest()[:12]
-    folder = root / f"{name}-{key}"
-    if (folder / "ready").exists():
-        progress(f"{engine}: reusing {folder} ({len(resolved)} packages, shared with releases that resolve alike)")
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    progress(f"{engine}: installing {len(resolved)} packages into {folder}")
-    got = _pip_streamed(progress, "install", "--no-deps", "--target", str(folder), *resolved)
-    if got.returncode != 0:
-        raise FetchError(f"cannot install the small dependencies of {engine}: {_last_line(got.stderr)}")
-    (folder / "ready").write_text("\n".join(resolved) + "\n")
-    return folder
+    progress(f"{engine}: {len(resolved)} packages (installed once into the cache's shared/ folder, "
+             "for every release that resolves alike)")
+    try:
+        return _shared("deps", resolved, ["install", "--no-deps", "--target", "{target}", *resolved])
+    except FetchError as error:
+        raise FetchError(f"cannot install the small dependencies of {engine}: {error}") from None
 
 
 def _specifiers(src: Path, names: tuple[str, ...]) -> list[str]:
