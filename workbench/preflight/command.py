@@ -1,8 +1,19 @@
-"""A pasted launch command: which engine it starts, and its flags in the engine's own names.
+"""A pasted launch command: the engine it starts, the arguments its parser gets, the variables it sets.
 
-Accepted programs: ``python -m sglang.launch_server``, ``sglang serve`` (SGLang);
-``vllm serve MODEL``, ``python -m vllm.entrypoints.openai.api_server`` (vLLM). Leading
-environment assignments (``CUDA_VISIBLE_DEVICES=0``) and shell line continuations are allowed.
+What people paste is rarely the bare command. This reads the shell around it the way the shell
+would, and keeps what reaches the engine:
+
+* set-up lines before the launch (``cd``, ``pip install``, ``export A=B``), separated by newlines,
+  ``&&``, ``;``: skipped, except ``export`` (and bare ``A=B``), whose variables the engine sees;
+* leading ``A=B`` assignments, ``env [-u X] A=B ...``, ``sudo -E``, ``nohup``, ``exec``, ``time``,
+  ``numactl``/``taskset`` with their options;
+* ``bash -c '...'`` / ``bash -lc '...'`` / ``sh -c``: the quoted script, read the same way;
+* ``docker run [options] IMAGE COMMAND``: ``-e``/``--env`` variables, then the command; an image
+  whose entry point is the server (``vllm/vllm-openai``) takes its arguments directly;
+* trailing redirections and pipes (``2>&1 | tee log``, ``> out.log``, ``&``).
+
+The program is one of ``launch_adapters.PROGRAMS`` (``python -m sglang.launch_server``,
+``sglang serve``, ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``).
 """
 
 from __future__ import annotations
@@ -10,50 +21,210 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from workbench.preflight.flags import TABLES, ParsedFlags, PreflightError, parse_flags
+from workbench.engines.launch_adapters import PROGRAMS, Program
 
-_PYTHON = re.compile(r"(.*/)?python(\d+(\.\d+)?)?$")
-_MODULES = {"sglang.launch_server": "sglang", "vllm.entrypoints.openai.api_server": "vllm"}
-_SCRIPTS = {("sglang", "serve"): "sglang", ("vllm", "serve"): "vllm"}
-ALLOWED_PROGRAMS = "python -m sglang.launch_server, sglang serve, vllm serve MODEL, python -m vllm.entrypoints.openai.api_server"
+
+class PreflightError(ValueError):
+    """Input a check cannot run: one line naming what is wrong and what is allowed (exit status 2)."""
 
 
 @dataclass(frozen=True)
 class LaunchCommand:
     engine: str  # "sglang" or "vllm"
-    program: str  # as written: "python -m sglang.launch_server"
-    flags: ParsedFlags
-    text: str  # the command, one line
+    program: str  # as shown: "python -m sglang.launch_server"
+    argv: tuple[str, ...]  # what the engine's parser is given
+    env: dict[str, str]  # variables the command sets for the engine
+    text: str  # the launch itself, one line
+    wrappers: tuple[str, ...] = ()  # what was read around it: "docker run IMAGE", "bash -lc", "export A"
+    skipped: tuple[str, ...] = field(default=())  # set-up lines that do not reach the engine
 
 
-def split_command(command: str | Sequence[str]) -> list[str]:
-    if not isinstance(command, str):
-        return list(command)
-    text = command.replace("\\\r\n", " ").replace("\\\n", " ")  # shell line continuations
+ALLOWED_PROGRAMS = ", ".join(dict.fromkeys(p.shown for p in PROGRAMS))
+_SEPARATORS = {";", "&&", "||", "\n", "&", "|", "|&"}
+_REDIRECTS = {">", ">>", "<", ">&", "&>", "&>>", ">|", "<<", "<<<", "<&"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+_PYTHON = re.compile(r"(.*/)?python(\d+(\.\d+)?)?$")
+_SHELLS = re.compile(r"(.*/)?(bash|sh|zsh|dash)$")
+# File-descriptor redirections written without spaces (2>&1, 2>/dev/null, &>log): the shell's, not arguments.
+_FD_REDIRECT = re.compile(r"(?<=\s)(\d+>>?&\d+|\d+>>?\s*\S+|&>>?\s*\S+)")
+# docker run options that take a value (docker's own reference); the rest are switches.
+_DOCKER_VALUED = {
+    "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--shm-size", "--ipc",
+    "--network", "--net", "-w", "--workdir", "--entrypoint", "--ulimit", "--device", "--cap-add", "--cap-drop",
+    "--security-opt", "--runtime", "-u", "--user", "-h", "--hostname", "--cpus", "-m", "--memory", "--mount", "-l",
+    "--label", "--pull", "--platform", "--group-add", "--restart", "--log-opt", "--log-driver", "--add-host",
+    "--cpuset-cpus", "--memory-swap", "--pid", "--uts", "--tmpfs", "--stop-signal", "--health-cmd", "--dns",
+    "--cgroupns", "--userns", "--volumes-from", "--expose", "--link", "--oom-score-adj", "--device-cgroup-rule",
+}
+# Images whose entry point is the server itself: their arguments go to it (vLLM's OpenAI image).
+_SERVER_IMAGES = {"vllm/vllm-openai": ("vllm", "serve"), "vllm-openai": ("vllm", "serve")}
+_PREFIXES = {"sudo": {"-u", "-g", "-C"}, "nohup": set(), "exec": set(), "time": set(), "stdbuf": set(),
+             "numactl": set(), "taskset": set(), "nice": {"-n"}, "ionice": {"-c", "-n"}, "uv": set()}
+_PYTHON_VALUED = {"-W", "-X"}
+
+
+def tokens_of(text: str) -> list[str]:
+    """Shell words and operators of ``text`` (quotes honoured, line continuations joined)."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    text = _FD_REDIRECT.sub(" ", f" {text}")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
+    lexer.whitespace = " \t\r"
+    lexer.whitespace_split = True
+    lexer.commenters = ""
     try:
-        return shlex.split(text, comments=True)
+        words = list(lexer)
     except ValueError as err:  # an unclosed quote
-        raise PreflightError(f"command: cannot be split as a shell line ({err}): check the quotes") from None
+        raise PreflightError(f"command: cannot be read as a shell line ({err}): check the quotes") from None
+    out: list[str] = []
+    in_comment = False
+    for word in words:
+        if word == "\n":
+            in_comment = False
+        elif in_comment or word.startswith("#"):  # a word starting with # starts a comment (quoted ones are rare)
+            in_comment = True
+            continue
+        out.append(word)
+    return out
 
 
-def _program(tokens: list[str]) -> tuple[str, str, list[str]]:
-    """(engine, program as written, the rest) of a command without its environment assignments."""
-    if len(tokens) >= 3 and _PYTHON.match(tokens[0]) and tokens[1] == "-m" and tokens[2] in _MODULES:
-        return _MODULES[tokens[2]], " ".join(tokens[:3]), tokens[3:]
-    if len(tokens) >= 2 and (tokens[0].rsplit("/", 1)[-1], tokens[1]) in _SCRIPTS:
-        return _SCRIPTS[(tokens[0].rsplit("/", 1)[-1], tokens[1])], " ".join(tokens[:2]), tokens[2:]
-    shown = " ".join(tokens[:3]) if tokens else ""
-    raise PreflightError(f"command: {shown!r} is not an SGLang or vLLM launch (allowed: {ALLOWED_PROGRAMS})")
+def statements(words: Sequence[str]) -> list[list[str]]:
+    """``words`` cut at the shell's separators, redirections and their targets dropped."""
+    found: list[list[str]] = [[]]
+    skip_next = False
+    for word in words:
+        if skip_next:
+            skip_next = False
+        elif word in _SEPARATORS:
+            found.append([])
+        elif word in _REDIRECTS:
+            skip_next = True
+        elif word not in ("(", ")", "{", "}"):
+            found[-1].append(word)
+    return [s for s in found if s]
 
 
-def parse_command(command: str | Sequence[str], *, allow_unknown: bool = False) -> LaunchCommand:
-    tokens = split_command(command)
-    while tokens and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", tokens[0]):
-        tokens = tokens[1:]  # VAR=value before the program
-    if not tokens:
+@dataclass
+class _Found:
+    env: dict[str, str]
+    wrappers: list[str]
+    skipped: list[str]
+
+
+def _match(words: list[str]) -> tuple[Program, list[str]] | None:
+    """The program ``words`` start with, and the arguments after it."""
+    for program in PROGRAMS:
+        if program.python_module:
+            if words and _PYTHON.match(words[0]):
+                rest = words[1:]
+                while rest and rest[0].startswith("-") and rest[0] != "-m":  # python's own options (-u, -X dev)
+                    rest = rest[2:] if rest[0] in _PYTHON_VALUED else rest[1:]
+                if len(rest) >= 2 and rest[0] == "-m" and rest[1] == program.words[-1]:
+                    return program, rest[2:]
+        elif len(words) >= len(program.words) and words[0].rsplit("/", 1)[-1] == program.words[0] \
+                and tuple(words[1:len(program.words)]) == program.words[1:]:
+            return program, words[len(program.words):]
+    return None
+
+
+def _docker(words: list[str], found: _Found) -> list[str]:
+    """The command a ``docker run`` starts (its ``-e`` variables noted)."""
+    i = 2
+    entrypoint: list[str] = []
+    while i < len(words) and words[i].startswith("-"):
+        name, has_value, value = words[i].partition("=")
+        if not has_value and name in _DOCKER_VALUED:
+            value, i = (words[i + 1] if i + 1 < len(words) else ""), i + 1
+        if name in ("-e", "--env") and "=" in value:
+            key, _, text = value.partition("=")
+            found.env[key] = text
+        if name == "--entrypoint":
+            entrypoint = shlex.split(value)
+        i += 1
+    image = words[i] if i < len(words) else ""
+    found.wrappers.append(f"docker run {image}")
+    command = entrypoint + words[i + 1:]
+    server = next((words for key, words in _SERVER_IMAGES.items() if image.split(":")[0].endswith(key)), None)
+    if server is not None and not entrypoint and _match(command) is None:
+        return [*server, *command]
+    return command
+
+
+def _strip_prefixes(words: list[str], found: _Found) -> list[str]:
+    """Leading assignments, ``env``, ``sudo``, ``nohup`` ... and shell/docker wrappers, unwrapped."""
+    while words:
+        head = words[0].rsplit("/", 1)[-1]
+        if _ASSIGNMENT.fullmatch(words[0]):
+            key, _, value = words[0].partition("=")
+            found.env[key] = value
+            words = words[1:]
+        elif head == "env":
+            words = words[1:]
+            while words and words[0].startswith("-"):
+                words = words[2:] if words[0] in ("-u", "--unset", "-C", "--chdir") else words[1:]
+        elif head in _PREFIXES:
+            valued = _PREFIXES[head]
+            words = words[1:]
+            if head == "uv" and words[:1] == ["run"]:
+                words = words[1:]
+            while words and words[0].startswith("-"):
+                words = words[2:] if words[0] in valued or (head in ("numactl", "taskset", "uv") and "=" not in words[0]
+                                                             and len(words) > 1 and not words[1].startswith("-")
+                                                             and _match(words[1:]) is None) else words[1:]
+            if head == "taskset" and words and re.fullmatch(r"[0-9a-fx,-]+", words[0]):
+                words = words[1:]
+        else:
+            return words
+    return words
+
+
+def _launch(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, list[str], list[str]] | None:
+    """(program, arguments, the launch's words) within one statement, unwrapping as needed."""
+    words = _strip_prefixes(words, found)
+    if not words or depth > 4:
+        return None
+    head = words[0].rsplit("/", 1)[-1]
+    if head == "docker" and len(words) > 1 and words[1] == "run":
+        return _launch(_docker(words, found), found, depth + 1)
+    if _SHELLS.match(words[0]):
+        script_at = next((i for i, w in enumerate(words[1:], 1) if re.fullmatch(r"-[a-z]*c[a-z]*", w)), None)
+        if script_at is not None and script_at + 1 < len(words):
+            found.wrappers.append(f"{head} {words[script_at]}")
+            return _search(tokens_of(words[script_at + 1]), found, depth + 1)
+    if head == "export":
+        for assignment in words[1:]:
+            if _ASSIGNMENT.fullmatch(assignment):
+                key, _, value = assignment.partition("=")
+                found.env[key] = value
+        return None
+    matched = _match(words)
+    if matched is None:
+        return None
+    return matched[0], matched[1], words
+
+
+def _search(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, list[str], list[str]] | None:
+    for statement in statements(words):
+        result = _launch(statement, found, depth)
+        if result is not None:
+            return result
+        if statement[0] != "export" and not all(_ASSIGNMENT.fullmatch(w) for w in statement):
+            found.skipped.append(" ".join(statement)[:80])
+    return None
+
+
+def parse_command(command: str | Sequence[str]) -> LaunchCommand:
+    """The launch in ``command`` (a shell text, or its words); PreflightError when there is none."""
+    words = tokens_of(command) if isinstance(command, str) else list(command)
+    if not words:
         raise PreflightError("command: empty (paste the engine's launch command)")
-    engine, program, rest = _program(tokens)
-    flags = parse_flags(TABLES[engine], rest, allow_unknown=allow_unknown)
-    return LaunchCommand(engine, program, flags, shlex.join(tokens))
+    found = _Found({}, [], [])
+    result = _search(words, found)
+    if result is None:
+        shown = " ".join(words[:4])
+        raise PreflightError(f"command: no SGLang or vLLM launch in {shown!r}... (looked for: {ALLOWED_PROGRAMS})")
+    program, argv, launch_words = result
+    wrappers = [*found.wrappers, *(f"export {k}" for k in found.env)]
+    return LaunchCommand(program.engine, program.shown, tuple(argv), dict(found.env), shlex.join(launch_words),
+                         tuple(wrappers), tuple(found.skipped))

@@ -1,0 +1,190 @@
+"""Asking an engine process to read a command: ``resolve(request)``; ``stop_all()``.
+
+Importing an engine release and its resolution takes 2 to 10 seconds; reading one command with
+it, a fraction of a second. So each release (and GPU: engines read the device at import) gets
+one long-lived process (``launch_zygote``), found by its socket in the run folder
+(``$WORKBENCH_RUN_DIR``, else ``${WORKBENCH_CACHE:-~/.cache/workbench}/run``) and started on
+first use, with a note on stderr while it loads. It forks a child per request, so requests
+never see each other's state, and exits after ``idle`` seconds without one (600 by default,
+``$WORKBENCH_ENGINE_IDLE``).
+
+A process started from the command line outlives it (the next ``workbench check`` finds it);
+one started from a long-lived Python process (a notebook kernel, a test session: ``owner=True``)
+also exits when that process does. ``workbench engines stop`` stops them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from workbench.engines import wheels
+from workbench.engines.launch_adapters import (
+    LaunchRequest,
+    Resolution,
+    resolution_from_json,
+    to_json,
+)
+
+START_SECONDS = 600  # loading a release on a busy 2-core machine; past this the start has failed
+ANSWER_SECONDS = 240
+
+
+class EngineUnavailable(RuntimeError):
+    """The release's engine process could not start; the message is one line saying why."""
+
+
+def run_dir() -> Path:
+    configured = os.environ.get("WORKBENCH_RUN_DIR")
+    base = Path(configured) if configured else Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "run"
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def idle_seconds() -> float:
+    return float(os.environ.get("WORKBENCH_ENGINE_IDLE", "600"))
+
+
+def socket_path(engine: str, gpu: str) -> Path:
+    return run_dir() / f"{engine.replace('==', '-')}-{gpu}.sock"
+
+
+def _send(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout)
+        connection.connect(str(path))
+        connection.sendall((json.dumps(message) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = connection.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    if not data:
+        raise EngineUnavailable(f"{path.name}: the engine process closed the connection without an answer")
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def _reachable(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(2)
+            probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """One starter per release and GPU: a second caller waits for the first one's process."""
+    with open(path.with_suffix(".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, owner: bool, progress: IO[str] | None) -> None:
+    log = path.with_suffix(".log")
+    job = {"engine": install.engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
+           "extra_paths": [], "gpu": gpu_json,
+           "socket": str(path), "idle": idle_seconds(), "owner": os.getpid() if owner else 0}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # the release's modules compile once
+    env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])})
+    if progress is not None:
+        progress.write(f"workbench: loading {install.engine}'s parser and resolution on a stand-in {gpu_json['name']} "
+                       "(once; later checks reuse it)...\n")
+        progress.flush()
+    started = time.monotonic()
+    with open(log, "w") as log_stream:
+        process = subprocess.Popen([sys.executable, "-m", "workbench.engines.launch_zygote"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=log_stream, env=env, text=True, start_new_session=True)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(job) + "\n")
+    process.stdin.close()
+    process.wait(timeout=60)  # it forks the engine process and exits
+    line = process.stdout.readline()  # the engine process's ready line, or nothing when it died
+    process.stdout.close()
+    if not line.startswith("{"):
+        tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()][-1:] or ["no output"]
+        raise EngineUnavailable(f"{install.engine}: the engine process stopped while loading: {tail[0][:300]} (log: {log})")
+    if progress is not None:
+        progress.write(f"workbench: {install.engine} loaded in {time.monotonic() - started:.1f} s\n")
+        progress.flush()
+
+
+def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool, progress: IO[str] | None) -> Path:
+    """The socket of a live engine process for this release and GPU, started when there is none."""
+    path = socket_path(install.engine, str(gpu_json["name"]))
+    if _reachable(path):
+        return path
+    with _lock(path):
+        if not _reachable(path):
+            path.unlink(missing_ok=True)
+            _start(install, gpu_json, path, owner, progress)
+    return path
+
+
+def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,
+            progress: IO[str] | None = sys.stderr) -> Resolution:
+    """The engine's reading of ``request``, from the release's engine process."""
+    path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
+    try:
+        answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
+    except (ConnectionRefusedError, FileNotFoundError):  # it exited (idle) between the check and the send
+        path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
+        answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
+    return resolution_from_json(answer)
+
+
+def report(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool = True,
+           progress: IO[str] | None = sys.stderr) -> dict[str, Any]:
+    """What the release's engine process loaded (``LoadReport``) and its parser's facts."""
+    return _send(ensure(install, gpu_json, owner=owner, progress=progress), {"report": True}, ANSWER_SECONDS)
+
+
+def running() -> list[Path]:
+    return sorted(p for p in run_dir().glob("*.sock") if _reachable(p))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_all(wait: float = 30) -> list[str]:
+    """Stop every engine process of the run folder and wait for them to exit; the names stopped."""
+    stopped, pids = [], []
+    for path in sorted(run_dir().glob("*.sock")):
+        pid_file = path.with_suffix(".pid")
+        try:
+            pid = int(pid_file.read_text()) if pid_file.exists() else 0
+            _send(path, {"stop": True}, 10)
+            stopped.append(path.stem)
+            pids.append(pid)
+        except (OSError, ValueError, EngineUnavailable):
+            path.unlink(missing_ok=True)
+    deadline = time.monotonic() + wait
+    while any(pid and _pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stopped
