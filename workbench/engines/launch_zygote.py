@@ -83,7 +83,7 @@ def _warm_up(engine_adapter: LaunchAdapter, engine: str, gpu_json: dict[str, Any
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        request = LaunchRequest(engine, "warm-up", ("--model-path", str(folder)), {}, gpu_from_json(gpu_json))
+        request = LaunchRequest(engine, "warm-up", engine_adapter.warm_argv(str(folder)), {}, gpu_from_json(gpu_json))
         _resolve_in_child(engine_adapter, request)
         with os.fdopen(write_end, "w") as out:
             out.write(json.dumps(sorted(set(sys.modules) - before)))
@@ -157,13 +157,10 @@ def _load(job: dict[str, Any]) -> tuple[LaunchAdapter, dict[str, Any], Path]:
     import torch
 
     torch.set_num_threads(1)  # a forked child must not inherit a busy thread pool
-    from workbench.engines import checks, platform_standins, standins
-
     gpu = gpu_from_json(job["gpu"])
-    tools = platform_standins.install(gpu)
-    checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job.get("extra_paths", [])])
     engine_adapter = adapter(job["engine"].split("==", 1)[0])
+    tools = engine_adapter.install(Path(job["package_dir"]), Path(job["deps"]),
+                                   [Path(p) for p in job.get("extra_paths", [])], gpu)
     loaded = engine_adapter.load(gpu)
     parser = engine_adapter.describe_parser() if loaded.parser == "loaded" else {}
     warmed = _warm_up(engine_adapter, job["engine"], job["gpu"]) if loaded.parser == "loaded" else 0
