@@ -261,7 +261,11 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
         problem = self.case_problem(case)
         if problem:
             return invalid(problem)
-        version = versions()[case.engine]
+        return self.probe_with(case, versions()[case.engine], device)
+
+    def probe_with(self, case: IndexerCase, version: IndexerVersion, device: torch.device | str = "cpu") -> ProbeResult:
+        """The step under the widths of ``version`` (conformance measures a release against it
+        before its data is written)."""
         t_width, b_width = table_width(case, version), buffer_width(case, version)
         lens = decode_lens(case.rows, case.indexer_path)
         table = make_block_table(len(lens), t_width, device)  # (requests + 1, T) int32

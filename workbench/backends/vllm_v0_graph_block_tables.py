@@ -99,6 +99,16 @@ def write_rows(graph_block_tables: np.ndarray, block_tables: list[list[int]], wr
             graph_block_tables[i, : len(block_table)] = block_table
 
 
+def block_lists(held: list[int]) -> list[list[int]]:
+    """The block manager's lists for requests holding ``held`` blocks: distinct physical block
+    ids, consecutive, block 0 unused (``[2, 3]`` -> ``[[1, 2], [3, 4, 5]]``)."""
+    lists, first = [], 1
+    for blocks in held:
+        lists.append(list(range(first, first + blocks)))
+        first += blocks
+    return lists
+
+
 SEED_5563 = CaseSeed(
     name="vllm-5563",
     story="vLLM 0.6.0, block size 16, capture length 8192, 7 lookahead slots: seq_len 8186 needs a 513th block",
@@ -145,6 +155,10 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
         problem = self.case_problem(case)
         if problem:
             return invalid(problem)
+        return self.probe_with(case, row_writes()[case.engine][case.attention_backend], device)
+
+    def probe_with(self, case: V0GraphCase, write: str, device: torch.device | str = "cpu") -> ProbeResult:
+        """The step with the builder's row write ``write`` (``assign`` or ``truncate``)."""
         held = [case.blocks_held(s) for s in case.seq_lens]
         done = ProbeResult(Outcome.OK, None, buffer_width=case.graph_width, table_width=max(held),
                            reads=max(case.seq_lens), device=str(torch.device(device)), path="graph")
@@ -152,13 +166,8 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
             return dataclasses.replace(done, path="eager")
         # (batch, graph_width) int32: the rows of the runner's table this batch size replays
         graph_block_tables = np.zeros((len(case.seq_lens), case.graph_width), dtype=np.int32)
-        first = 1
-        block_tables = []  # the block manager's lists: distinct physical block ids, block 0 unused
-        for blocks in held:
-            block_tables.append(list(range(first, first + blocks)))
-            first += blocks
         try:
-            write_rows(graph_block_tables, block_tables, row_writes()[case.engine][case.attention_backend])
+            write_rows(graph_block_tables, block_lists(held), write)
         except ValueError as err:
             return dataclasses.replace(done, outcome=Outcome.SHAPE_ERROR, error=str(err))
         # A truncated row lost only lookahead blocks: the step reads seq_len <= the capture length,

@@ -233,6 +233,18 @@ class VLLMAdapter(LaunchAdapter):
             sys.argv = saved
         raise RuntimeError(f"{self.main_name} returned without dispatching to serve")
 
+    def engine_config(self, argv: list[str]) -> Any:
+        """The engine config ``vllm serve <argv>`` starts with (the learner builds its buffers on it);
+        a command the release refuses raises."""
+        assert self.arg_utils is not None
+        namespace, _, refused = self._run_cli(["serve", *argv], _Taken())
+        if refused is not None:
+            raise ValueError(f"the release's parser refuses {' '.join(argv)}: {refused}")
+        if getattr(namespace, "model_tag", None) is not None:
+            namespace.model = namespace.model_tag
+        engine_args = self.arg_utils.AsyncEngineArgs.from_cli_args(namespace)
+        return engine_args.create_engine_config(**_usage_context(engine_args))
+
     # ---- once per request (a forked child) -------------------------------------------------------
 
     def resolve(self, request: LaunchRequest) -> Resolution:
