@@ -38,15 +38,32 @@ from workbench.model.geometry import cdiv
 
 Row = dict[str, Any]
 Progress = Callable[[str], None]
+WORKER = "workbench.engines.learn_vllm_worker"
 BATCH = 64  # states per task sent to the worker
 
 
-def setup(install: wheels.EngineInstall, gpu: str = "h100") -> dict[str, Any]:
-    """The worker's set-up: the release, and triton where it is cached (vLLM's modules build their
-    kernel tables at import; with a real triton they import as on a GPU machine)."""
+def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, Any]]:
+    """The worker's set-ups to try, in order: the release with triton where it is cached (the
+    modules of recent releases build their kernel tables at import, as on a GPU machine), then
+    without it (early releases import parts of triton that its current release no longer has)."""
+    base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
     triton = wheels.triton_dir()
-    return {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu,
-            "extra_paths": [str(triton)] if triton else []}
+    return [{**base, "extra_paths": [str(triton)]}, base] if triton else [base]
+
+
+def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:
+    """A worker holding the release and what it located; RuntimeError when no set-up imports it."""
+    errors = []
+    for setup in setups(install):
+        session = Session(WORKER, setup)
+        located = session.ask({"name": "locate"})
+        if "error" not in located:
+            say("loaded" + (" with triton" if setup["extra_paths"] else " without triton"))
+            located["triton"] = bool(setup["extra_paths"])
+            return session, located
+        session.close()
+        errors.append(located["error"])
+    raise RuntimeError(f"its modules do not import on a CPU: {errors[-1]}")
 
 
 def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:

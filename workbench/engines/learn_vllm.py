@@ -23,6 +23,7 @@ A release learned before from the same wheel by the same learner is skipped.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,6 @@ from workbench.model.geometry import cdiv
 
 LEARNER = "vllm-buffers 1"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
-WORKER = "workbench.engines.learn_vllm_worker"
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
 Progress = Callable[[str], None]
@@ -87,14 +87,13 @@ def _measured_points(session: Session, task: str, points: list[list[int]]
     return list(zip(_states(points), values)), None
 
 
-def learn_table(session: Session, located: dict[str, Any], say: Progress) -> dict[str, Any]:
-    """The v1 block table's alignment, measured over the grid (``MultiGroupBlockTable``)."""
+def learn_table(session: Session, located: dict[str, Any], install: wheels.EngineInstall, say: Progress) -> dict[str, Any]:
+    """The v1 block table's alignment, measured over the grid (``MultiGroupBlockTable``); where
+    the table takes a width the model runner computes inline, read from that line."""
     found = located["block_table"]
     if found.get("found") is None:
         if found.get("takes") == "max_num_blocks_per_req":
-            return {"value": "none", "how": "read", "source": found["source"],
-                    "reason": "BlockTable takes the width as given; the model runner computes it inline "
-                              "(cdiv(max_model_len, block_size)) in GPUModelRunner.__init__, which needs a device"}
+            return _inline_width(install, found)
         return lr.absent_fact("the release has no v1 block table", found["searched"])
     points, error = _measured_points(session, "table_width", grid("table", 80))
     if error:
@@ -103,6 +102,26 @@ def learn_table(session: Session, located: dict[str, Any], say: Progress) -> dic
                         found=found["source"])
     say(f"block table: {fact['value'] or fact.get('finding')} ({len(points)} points)")
     return fact
+
+
+_INLINE = re.compile(r"max_num_blocks_per_req\s*=\s*(cdiv\(.*\))\s*$")
+
+
+def _inline_width(install: wheels.EngineInstall, found: dict[str, Any]) -> dict[str, Any]:
+    """The model runner's own line computing the table's width (it runs in ``__init__``, which
+    allocates on the device): ``none`` where it is the plain ``cdiv`` of the length by the block size."""
+    for path in sorted((install.package_dir / "v1" / "worker").glob("*.py")):
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            match = _INLINE.search(line)
+            if match:
+                plain = match.group(1).replace(" ", "") in ("cdiv(self.max_model_len,self.block_size)",
+                                                            "cdiv(max_model_len,block_size)")
+                return {"value": "none" if plain else None, "how": "read",
+                        "source": f"vllm/v1/worker/{path.name}:{number}",
+                        "reason": "computed inline in the model runner's __init__, which allocates on the device",
+                        **({} if plain else {"finding": f"an expression the model does not know: {match.group(1)}"})}
+    return {"value": None, "how": "read", "source": found["source"], "reason": "BlockTable takes the width as given",
+            "finding": "no line computing max_num_blocks_per_req with cdiv in vllm/v1/worker"}
 
 
 def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, Any], say: Progress) -> dict[str, Any]:
@@ -263,13 +282,20 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         say(f"already learned from this wheel by {LEARNER}: skipped")
         return learned.shipped_path(engine, root)
     states = 1000 if engine == releases.newest("vllm") else 200
+    if wheels.triton_dir() is None:  # recent releases import with it only; the same set-up on every machine
+        say("fetching triton (once, shared by every release)")
+        try:
+            wheels.fetch_triton()
+        except wheels.FetchError as error:
+            raise LearnError(str(error)) from None
     try:
-        with Session(WORKER, conformance_vllm.setup(install)) as session:
-            located = session.ask({"name": "locate"})
-            if "error" in located:
-                raise LearnError(f"its modules do not import on a CPU: {located['error']}")
+        opened, located = conformance_vllm.open_session(install, say)
+    except (RuntimeError, SessionDied) as error:
+        raise LearnError(str(error)) from None
+    try:
+        with opened as session:
             parser, launch = _parser_sections(session, say)
-            table = learn_table(session, located, say)
+            table = learn_table(session, located, install, say)
             indexer = learn_indexer(session, located, table, say)
             v0 = learn_v0(session, located, say)
             buffers = {"learner": LEARNER, "located": located, "backends": {

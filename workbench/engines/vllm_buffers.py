@@ -193,8 +193,9 @@ class IndexerBench:
     def builder(self, max_model_len: int, block_size: int, dcp: int) -> Any:
         import torch
 
-        model_config = self.config.model_config
-        object.__setattr__(model_config, "max_model_len", max_model_len)
+        object.__setattr__(self.config.model_config, "max_model_len", max_model_len)
+        # the deployment's DCP size, where the release reads it from the config (AttentionSpec)
+        object.__setattr__(self.config.parallel_config, "decode_context_parallel_size", dcp)
         spec = attention_spec(block_size, mla=True)
         with cp_size(dcp, (INDEXER, "vllm.v1.kv_cache_interface", "vllm.v1.worker.utils")), self._current():
             return runner_builder(self.module.DeepseekV32IndexerBackend, spec, self.config, torch.device("cpu"))
