@@ -42,7 +42,7 @@ from workbench.backends.case_backend import (
     int_list_field,
     reject_unknown,
 )
-from workbench.engines.versions import load_versions
+from workbench.engines import vllm_releases
 from workbench.model.geometry import cdiv
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
@@ -52,15 +52,24 @@ DEFAULT_CAPTURE_LEN = 8192  # ModelConfig's max_seq_len_to_capture default
 MAX_CAPTURE_LEN = 1 << 22  # a row of 4M tokens: past any model of the V0 era
 
 
+GRAPH_WIDTH = "cdiv(max_seq_len_to_capture, block_size)"  # the width rule this model has
+
+
 def row_writes() -> dict[str, Mapping[str, str]]:
-    """Per release, per attention backend: ``assign`` (the whole list) or ``truncate`` (PR 8340)."""
+    """Per release, per attention backend: ``assign`` (the whole list) or ``truncate`` (PR 8340);
+    measured from the release's own builders (its learned file), else read by hand
+    (``workbench.engines.vllm_releases``). A release whose graph table width is not this model's
+    rule is left out (a finding in its learned file)."""
     found: dict[str, Mapping[str, str]] = {}
-    for engine, version in load_versions().items():
-        fields = version.fields.get(NAME)
-        if fields:
-            value = fields["row_write"]
-            assert isinstance(value, dict)
-            found[engine] = {str(k): str(v) for k, v in value.items()}
+    for engine, facts in vllm_releases.learned_facts(NAME).items():
+        width, writes = facts.get("graph_width", {}).get("value"), facts.get("row_write", {}).get("value")
+        if width == GRAPH_WIDTH and isinstance(writes, dict):
+            kept = {str(k): str(v) for k, v in writes.items() if v is not None and k in ATTENTION_BACKENDS}
+            if kept:
+                found[engine] = kept
+    for engine, entry in vllm_releases.hand_read(NAME).items():
+        if engine not in vllm_releases.learned_facts(NAME) and isinstance(entry.get("row_write"), dict):
+            found[engine] = {str(k): str(v) for k, v in entry["row_write"].items()}
     return found
 
 
@@ -147,6 +156,10 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
         )
 
     def case_problem(self, case: V0GraphCase) -> str | None:
+        writes = row_writes()[case.engine]
+        if case.attention_backend not in writes:
+            return (f"attention_backend: {case.attention_backend!r} has no measured row write in {case.engine} "
+                    f"(measured: {', '.join(writes)})")
         if min(case.seq_lens) < 1:
             return f"seq_lens: {min(case.seq_lens)} is below 1 (a decoding sequence holds a token)"
         return None

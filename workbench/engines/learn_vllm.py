@@ -35,7 +35,7 @@ from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-buffers 1"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "vllm-buffers 2"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
@@ -75,6 +75,17 @@ def _states(points: list[list[int]]) -> list[Mapping[str, Any]]:
     return [{"max_model_len": p[0], "block_size": p[1], "dcp": p[2]} for p in points]
 
 
+SAMPLES = 8
+
+
+def with_samples(fact: dict[str, Any], points: list[tuple[Mapping[str, Any], int]]) -> dict[str, Any]:
+    """``fact`` with a few of its measured points spread over the grid (state and the engine's
+    answer): the offline tests run the named rule on them again."""
+    step = max(1, len(points) // SAMPLES)
+    fact.setdefault("samples", [{"state": dict(state), "engine": value} for state, value in points[::step][:SAMPLES]])
+    return fact
+
+
 def _measured_points(session: Session, task: str, points: list[list[int]]
                      ) -> tuple[list[tuple[Mapping[str, Any], int]], str | None]:
     answer = session.ask({"name": task, "points": points})
@@ -98,8 +109,8 @@ def learn_table(session: Session, located: dict[str, Any], install: wheels.Engin
     points, error = _measured_points(session, "table_width", grid("table", 80))
     if error:
         return lr.measured_fact(None, found["found"], 0, finding=f"the engine's code did not run: {error}")
-    fact = lr.name_rule(points, _alignment_candidates(), function=found["found"], keys=("max_model_len", "block_size", "dcp"),
-                        found=found["source"])
+    fact = with_samples(lr.name_rule(points, _alignment_candidates(), function=found["found"],
+                                     keys=("max_model_len", "block_size", "dcp"), found=found["source"]), points)
     say(f"block table: {fact['value'] or fact.get('finding')} ({len(points)} points)")
     return fact
 
@@ -144,6 +155,7 @@ def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, An
     else:
         fact = lr.name_rule(points, candidates, function=f"{found['found']}.__init__",
                             keys=("max_model_len", "block_size", "dcp"), found=found["source"])
+    with_samples(fact, points)
     say(f"indexer buffer: {fact['value'] or fact.get('finding')} ({len(points)} points)")
     return {"buffer_alignment": fact, "fill": _indexer_fill(session, found, table_rule, fact.get("value"), say)}
 
@@ -182,9 +194,10 @@ def learn_v0(session: Session, located: dict[str, Any], say: Progress) -> dict[s
                 "row_write": lr.measured_fact(None, "build", 0, finding="no graph width")}
     pairs: list[tuple[Mapping[str, Any], int]] = [({"max_seq_len_to_capture": c, "block_size": b}, v)
                                                   for (c, b), v in zip(points, values)]
-    width = lr.name_rule(pairs, {"cdiv(max_seq_len_to_capture, block_size)":
-                                 lambda s: cdiv(s["max_seq_len_to_capture"], s["block_size"])},
-                         function=found["found"], keys=("max_seq_len_to_capture", "block_size"), found=found["source"])
+    width = with_samples(lr.name_rule(pairs, {"cdiv(max_seq_len_to_capture, block_size)":
+                                              lambda s: cdiv(s["max_seq_len_to_capture"], s["block_size"])},
+                                      function=found["found"], keys=("max_seq_len_to_capture", "block_size"),
+                                      found=found["source"]), pairs)
     writes: dict[str, Any] = {}
     for backend, where in located["v0_builders"].items():
         writes[backend] = conformance_vllm.v0_row_write(session, backend, where, REFERENCE_5563)
