@@ -21,12 +21,12 @@
 #
 # What this answers: **given the command a deployment is started with, can a real run reach a
 # failing step of one of its graph buffers or allocator paths, and by how much does it stay clear
-# otherwise?** The same library call as `workbench check -- <command>`: the engine's flags are
-# parsed, what the command leaves out is resolved as the engine version would (each default with
-# its file and line in `data/launch_defaults.json`), every buffer the deployment sets up is sized
-# by the version's rule (`data/engines.json`) and its first failing committed length found and
-# executed; `workbench.analysis.reach` says how far a run gets (SGLang: `ctx - 1` plus an
-# overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
+# otherwise?** The same library call as `workbench check -- <command>`: the release's own parser
+# reads the command and its own resolution fills in what the command leaves out (run in an engine
+# process of that release, the model's config from the Hugging Face cache), every buffer the
+# deployment sets up is sized by the version's rule (`data/engines.json`) and its first failing
+# committed length found and executed; `workbench.analysis.reach` says how far a run gets (SGLang:
+# `ctx - 1` plus an overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
 #
 # Exit statuses as on the command line: 0 safe, 1 a failure a run reaches, 2 bad input, 3 not
 # decidable here (a buffer no backend on this branch models).
@@ -36,25 +36,31 @@ device = "cpu"  # the report passes the resolved device; probes run there
 output_dir = "../reports"  # nothing is written: the notebook has no figure
 cache_dir = "../data/cache"  # unused; every notebook takes it
 
-# The command in the text box, and the engine version it is checked under ("" = the newest modelled)
+# The command in the text box, and the engine version it is checked under ("" = the default release)
 command = (
-    "python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
-    "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
-    "--speculative-num-draft-tokens 16 --cuda-graph-max-bs 16"
+    "python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --device npu "
+    "--attention-backend ascend --page-size 128 --speculative-algorithm EAGLE3 "
+    "--speculative-draft-model-path Qwen/Qwen3-8B --speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 16"
 )
 engine = ""
+hf_cache = "../tests/data/hf_cache/hub"  # where the box looks models up (HF_HUB_CACHE); "" = your own cache
 
 # %%
-from workbench.engines.launch import load_launch_data
+import os
+
+from workbench.engines.release_choice import offered
 from workbench.present import notebook_params as check
 
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
 if not isinstance(command, str) or not command.strip():
     raise check.ParameterError(f"command: {command!r} is not a launch command (paste the engine's command line)")
-versions = list(load_launch_data().versions)
+versions = offered()
 if engine:
     check.check_choices("engine", [engine], versions)
+if hf_cache:
+    os.environ["HF_HUB_CACHE"] = os.path.abspath(hf_cache)
 
 # %% [markdown]
 # ## The text box
@@ -73,26 +79,29 @@ preflight_box(command, engine)
 # %% [markdown]
 # ## Worked deployments, before and after the fixes
 #
-# The three seeds as the commands that were run. "Before" is a version with the fix undone:
-# the `+revert-...` entries are *pseudo-versions* (0.5.23 with one line reverted, named in
-# `data/launch_defaults.json`) until the conformance tool confirms released versions; vLLM's
-# 0.23.0 and 0.33.0 are releases (engines.md section 5: the 46074 report, fixed by PR 50302).
+# The three seeds' deployments, on models whose real configs sit in the test data's cache
+# (Qwen3-32B for the QwQ seed: SGLang 0.5.10 and 0.5.23 refuse NGRAM on an NPU at start-up, so the
+# Ascend table is shown under EAGLE3, topk 1, 4 draft tokens; GLM-5-FP8, a DSA model like GLM-5.2).
+# "Before" is a version with the fix undone: the `+revert-...` entries are *pseudo-versions*
+# (0.5.23 with one line reverted, named in `data/launch_defaults.json`) until the conformance tool
+# confirms released versions; vLLM's 0.23.0 and 0.33.0 are releases (the 46074 report, fixed by PR 50302).
 
 # %%
 import pandas as pd
 
 from workbench.preflight import check as run_check
 
-QWQ = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
-       "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
-       "--speculative-num-draft-tokens 16 --cuda-graph-max-bs 16")
-GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --context-length 90000 --tp-size 8 "
+QWQ = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --device npu "
+       "--attention-backend ascend --page-size 128 --speculative-algorithm EAGLE3 "
+       "--speculative-draft-model-path Qwen/Qwen3-8B --speculative-num-steps 3 --speculative-eagle-topk 1 "
+       "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 16")
+GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --context-length 90000 --tp-size 8 "
        "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
-       "--speculative-num-draft-tokens 6 --cuda-graph-max-bs 16")
+       "--speculative-num-draft-tokens 6 --cuda-graph-max-bs-decode 16")
 VLLM = ("vllm serve zai-org/GLM-5.2-FP8 --max-model-len 350000 --block-size 64 "
         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
 WORKED = {  # deployment: (command, version before the fix, version after it)
-    "QwQ-32B NGRAM on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
+    "Qwen3-32B EAGLE3 on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
     "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
     "vLLM GLM-5.2 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
 }
@@ -101,7 +110,7 @@ results = {}
 rows = []
 for name, (cmd, before, after) in WORKED.items():
     for when, version in (("before", before), ("after", after)):
-        result = run_check(cmd, engine=version, device=device)
+        result = run_check(cmd, engine=version, device=device, progress=None)
         results[name, when] = result
         worst = min((r for r in result.rows if r.kind == "table"), default=None,
                     key=lambda r: r.margin if r.margin is not None else 1 << 30)
@@ -118,19 +127,21 @@ worked
 # %% [markdown]
 # ## Assertions (this notebook is also a regression test)
 #
-# Expected numbers are the spec's and engines.md's worked cases: the QwQ verify at 32753 before
-# the first fix (`256` against `257` pages), 112 tokens of margin under 0.5.23 (first failure at
-# 32881, a run reaches 32769); the GLM verify at 90001 before the second fix; the 46074 report's
-# expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's 5470),
-# gone on 0.33.0.
+# Expected numbers are worked by hand: the Ascend verify reads `s + D` with D = 4 (topk 1: steps + 1),
+# so the 256-page table before the first fix (`cdiv(32768, 128)`) first fails at
+# 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages) and a run reaches 32768 - 1 + 2 = 32769;
+# after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 = 32893, a margin
+# of 124. The GLM verify at 90001 before the second fix (ctx + D = 90006 against 90007); the 46074
+# report's expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's
+# 5470), gone on 0.33.0.
 
 # %%
-qwq_before, qwq_after = results["QwQ-32B NGRAM on Ascend", "before"], results["QwQ-32B NGRAM on Ascend", "after"]
+qwq_before, qwq_after = results["Qwen3-32B EAGLE3 on Ascend", "before"], results["Qwen3-32B EAGLE3 on Ascend", "after"]
 verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
-assert qwq_before.status == 1 and verify.first_failing == 32753 and verify.outcome == "shape-error"
+assert qwq_before.status == 1 and verify.first_failing == 32765 and verify.outcome == "shape-error"
 assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
-assert qwq_after.status == 0 and after_verify.margin == 112 and after_verify.first_failing == 32881
+assert qwq_after.status == 0 and after_verify.margin == 124 and after_verify.first_failing == 32893
 
 glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
@@ -147,5 +158,5 @@ indexer = next(r for r in vllm_before.rows if r.buffer == "expanded_block_table_
 assert indexer.message is not None and "(5469) must match the existing size (5470)" in indexer.message
 
 # The text box's command, checked under the parameter's engine version, agrees with the library call.
-assert status == run_check(command, engine=engine or None, device=device).status
+assert status == run_check(command, engine=engine or None, device=device, progress=None).status
 print("all preflight assertions hold")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,24 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[A
     log = io.StringIO()
     runs = build_report(out, "cpu", log, small=True)
     return out, runs, log.getvalue()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _engine_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The engine processes that read launch commands (``workbench.engines.launch_service``): this
+    session's own run folder, shared by every test (one process per release and GPU), all stopped
+    at the end, so no process outlives the suite."""
+    import os
+
+    from workbench.engines import launch_service
+
+    previous = os.environ.get("WORKBENCH_RUN_DIR")
+    os.environ["WORKBENCH_RUN_DIR"] = str(tmp_path_factory.mktemp("engine-processes"))
+    try:
+        yield
+    finally:
+        launch_service.stop_all()
+        if previous is None:
+            os.environ.pop("WORKBENCH_RUN_DIR", None)
+        else:
+            os.environ["WORKBENCH_RUN_DIR"] = previous

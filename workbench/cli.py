@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
+    engines = sub.add_parser("engines", help="the engine processes that read launch commands, and what each release loads",
+                             epilog="stop: stop every engine process; running: list them; learn-launch: load releases "
+                                    "and record their parser and resolution (data/engines/NAME/VERSION.json); "
+                                    "launch-table: print the README's table of releases from those records")
+    engines.add_argument("action", choices=("stop", "running", "learn-launch", "launch-table"))
+    engines.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
+                                          "(default sglang)")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -177,13 +184,14 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("launch", nargs=argparse.REMAINDER, help="the launch command, after --")
     parser.add_argument("--cmd", help="the launch command as one string")
     parser.add_argument("--from-file", dest="from_file", metavar="FILE", help="a file holding the launch command")
-    parser.add_argument("--engine", help="the engine version, NAME==VERSION (default: the newest modelled)")
+    parser.add_argument("--engine", help="the release, NAME==VERSION (default: the one installed here, else the newest)")
     parser.add_argument("--model-config", dest="model_config", metavar="CONFIG.json",
-                        help="the model's config.json (context length, architecture, DSA); nothing is downloaded")
-    parser.add_argument("--allow-unknown", dest="allow_unknown", action="store_true", help="skip unknown engine flags")
+                        help="the model's config.json, when the model is neither a local directory nor in the "
+                             "Hugging Face cache; nothing is downloaded")
     parser.add_argument("--overshoot", type=int,
                         help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
-    parser.add_argument("--gpu", default="hopper", help="the GPU an engine picks defaults for (default hopper)")
+    parser.add_argument("--gpu", help="the GPU the engine picks defaults for (data/gpus.json; default h100, or 910b "
+                                      "for --device npu)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -204,8 +212,8 @@ def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
                 command = stream.read()
         except OSError as err:
             raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
-    result = check(command, engine=args.engine, model_config=args.model_config, allow_unknown=args.allow_unknown,
-                   overshoot=args.overshoot, gpu=args.gpu, device=device)
+    result = check(command, engine=args.engine, model_config=args.model_config, overshoot=args.overshoot, gpu=args.gpu,
+                   device=device, owner=False)
     out.write((format_json(result) if args.json else format_text(result)) + "\n")
     return result.status
 
@@ -386,6 +394,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "engines":  # engine processes and learned files; no device here
+            return _engines(args, out)
         if args.command == "conformance":  # runs engine code in worker processes; no device here
             from workbench.engines.conformance import main as conformance
 
@@ -412,6 +422,28 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         print("workbench: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _engines(args: argparse.Namespace, out: IO[str]) -> int:
+    from workbench.engines import launch_learn, launch_service, releases
+
+    if args.action == "stop":
+        stopped = launch_service.stop_all()
+        out.write(f"stopped {len(stopped)} engine process{'es' if len(stopped) != 1 else ''}"
+                  + (f": {', '.join(stopped)}" if stopped else "") + "\n")
+        return 0
+    if args.action == "running":
+        out.writelines(f"{path.stem}\n" for path in launch_service.running())
+        return 0
+    asked = _str_list(args.engine or "sglang")
+    engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
+    if args.action == "launch-table":
+        out.write(launch_learn.table(engines) + "\n")
+        return 0
+    for engine in engines:
+        print(f"workbench: learning {engine}'s parser and resolution", file=sys.stderr)
+        launch_learn.learn(engine)
+    return 0
 
 
 def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:

@@ -98,10 +98,12 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, owner: bool, progress: IO[str] | None) -> None:
+def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, owner: bool, progress: IO[str] | None,
+           extra_paths: list[str] | None = None) -> dict[str, Any]:
+    """Start the engine process; its ready line (what it loaded)."""
     log = path.with_suffix(".log")
     job = {"engine": install.engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
-           "extra_paths": [], "gpu": gpu_json,
+           "extra_paths": extra_paths or [], "gpu": gpu_json,
            "socket": str(path), "idle": idle_seconds(), "owner": os.getpid() if owner else 0}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # the release's modules compile once
     env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -126,6 +128,8 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
     if progress is not None:
         progress.write(f"workbench: {install.engine} loaded in {time.monotonic() - started:.1f} s\n")
         progress.flush()
+    ready: dict[str, Any] = json.loads(line)
+    return ready
 
 
 def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool, progress: IO[str] | None) -> Path:
@@ -136,8 +140,17 @@ def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bo
     with _lock(path):
         if not _reachable(path):
             path.unlink(missing_ok=True)
-            _start(install, gpu_json, path, owner, progress)
+            ready = _start(install, gpu_json, path, owner, progress)
+            if _needs_torchvision(ready) and install.torchvision.exists():
+                # Some releases' pinned transformers refuse to register the engine's image processors
+                # without torchvision; others fail when it is there: it is added only when asked for.
+                stop_all(paths=[path])
+                _start(install, gpu_json, path, owner, progress, [str(install.torchvision)])
     return path
+
+
+def _needs_torchvision(ready: dict[str, Any]) -> bool:
+    return "torchvision" in str(ready.get("load", {}).get("parser", "")).lower()
 
 
 def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,
@@ -172,10 +185,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stop_all(wait: float = 30) -> list[str]:
-    """Stop every engine process of the run folder and wait for them to exit; the names stopped."""
+def stop(engine: str, gpu: str, wait: float = 30) -> list[str]:
+    """Stop the engine process of ``engine`` on ``gpu``, if one runs."""
+    return stop_all(wait, [socket_path(engine, gpu)])
+
+
+def stop_all(wait: float = 30, paths: list[Path] | None = None) -> list[str]:
+    """Stop every engine process of the run folder (or those of ``paths``) and wait for them to
+    exit; the names stopped."""
     stopped, pids = [], []
-    for path in sorted(run_dir().glob("*.sock")):
+    for path in sorted(run_dir().glob("*.sock")) if paths is None else paths:
+        if not path.exists():
+            continue
         pid_file = path.with_suffix(".pid")
         try:
             pid = int(pid_file.read_text()) if pid_file.exists() else 0

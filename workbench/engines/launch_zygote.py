@@ -82,12 +82,14 @@ def _warm_up(engine_adapter: LaunchAdapter, engine: str, gpu_json: dict[str, Any
     before = set(sys.modules)
     pid = os.fork()
     if pid == 0:
-        os.close(read_end)
-        request = LaunchRequest(engine, "warm-up", engine_adapter.warm_argv(str(folder)), {}, gpu_from_json(gpu_json))
-        _resolve_in_child(engine_adapter, request)
-        with os.fdopen(write_end, "w") as out:
-            out.write(json.dumps(sorted(set(sys.modules) - before)))
-        os._exit(0)
+        try:
+            os.close(read_end)
+            request = LaunchRequest(engine, "warm-up", engine_adapter.warm_argv(str(folder)), {}, gpu_from_json(gpu_json))
+            _resolve_in_child(engine_adapter, request)
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(sorted(set(sys.modules) - before)))
+        finally:
+            os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as stream:
         text = stream.read()
@@ -140,15 +142,34 @@ def _serve(listener: socket.socket, engine_adapter: LaunchAdapter, report: dict[
             _answer(connection, report)
             connection.close()
             continue
+        if "request" not in message:  # a liveness probe connects and closes
+            connection.close()
+            continue
         pid = os.fork()
         if pid == 0:
-            listener.close()
-            resolution = _resolve_in_child(engine_adapter, request_from_json(message["request"]))
-            _answer(connection, to_json(resolution))
-            connection.close()
-            os._exit(0)
+            _child(listener, connection, engine_adapter, message["request"])
         children.add(pid)
         connection.close()
+
+
+def _child(listener: socket.socket, connection: socket.socket, engine_adapter: LaunchAdapter, request: dict[str, Any]) -> None:
+    """A forked child: answer one request and exit, whatever happens (never the parent's clean-up)."""
+    status = 0
+    try:
+        listener.close()
+        resolution = _resolve_in_child(engine_adapter, request_from_json(request))
+        _answer(connection, to_json(resolution))
+        connection.close()
+    except BaseException:  # noqa: BLE001 - the client sees a closed connection; the log has the trace
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        from workbench.engines.model_lookup import cleanup
+
+        cleanup()
+        os._exit(status)
 
 
 def _load(job: dict[str, Any]) -> tuple[LaunchAdapter, dict[str, Any], Path]:
@@ -166,7 +187,8 @@ def _load(job: dict[str, Any]) -> tuple[LaunchAdapter, dict[str, Any], Path]:
     warmed = _warm_up(engine_adapter, job["engine"], job["gpu"]) if loaded.parser == "loaded" else 0
     loaded = LoadReport(loaded.engine, loaded.parser, loaded.resolution, loaded.functions, loaded.read,
                         round(time.perf_counter() - start, 2))
-    return engine_adapter, {"load": to_json(loaded), "parser": parser, "warm_modules": warmed}, tools
+    return engine_adapter, {"load": to_json(loaded), "parser": parser, "warm_modules": warmed,
+                            "extra_paths": job.get("extra_paths", [])}, tools
 
 
 def main() -> int:

@@ -18,12 +18,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 HUB_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
+CREATED: list[Path] = []  # folders made for --model-config in this process, removed by cleanup()
+
+
+def cleanup() -> None:
+    """Remove the folders this process made for ``--model-config`` files."""
+    while CREATED:
+        shutil.rmtree(CREATED.pop(), ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ def from_config_file(name: str, model_config: str, cwd: str) -> Located:
     if not source.is_file():
         return Located(name, "", "", f"--model-config: {model_config!r} is not a file (give the model's config.json)")
     folder = Path(tempfile.mkdtemp(prefix="workbench-model-")) / (Path(name.rstrip("/")).name or "model")
+    CREATED.append(folder.parent)
     folder.mkdir()
     shutil.copyfile(source, folder / "config.json")
     return Located(name, str(folder), f"--model-config {model_config}")
@@ -103,14 +112,105 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
         return Located(name, "", "", f"{flag} {name}: the directory has no config.json "
                                      "(give --model-config CONFIG.json, the model's config)")
     cache = hub_cache(lookup_env)
+    if "$" in name or "{" in name:
+        return Located(name, "", "", f"{flag} {name}: a placeholder the command does not set; give the model "
+                                     "(its directory or Hugging Face id) in its place, or --model-config CONFIG.json")
     if _looks_local(name):
         return Located(name, "", "", f"{flag} {name}: no such directory on this machine; give --model-config "
                                      "CONFIG.json (the config.json of that directory)")
     from huggingface_hub import try_to_load_from_cache  # the release's own
 
-    found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
+    try:
+        found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
+    except ValueError:  # not a valid repository id (huggingface_hub's HFValidationError)
+        return Located(name, "", "", f"{flag} {name}: neither a directory on this machine nor a Hugging Face id; "
+                                     "give --model-config CONFIG.json")
     if isinstance(found, str):
         return Located(name, name, f"Hugging Face cache {Path(found).parent}")
     return Located(name, "", "", f"{flag} {name}: not in the Hugging Face cache ({cache}; set by HF_HUB_CACHE or "
                                  f"HF_HOME); give --model-config CONFIG.json, or fetch its config into the cache "
                                  f"(hf download {name} config.json)")
+
+
+def warm_hub_client() -> None:
+    """Make TLS contexts once, in the engine process. Engines ask the hub about a model during
+    resolution (offline, the answer is an error at once), but huggingface_hub builds an HTTP client
+    per process first, and loading the certificate store costs 0.1 to 0.2 s in every forked child.
+    Nothing is sent: offline, no connection is opened; the contexts are only reused."""
+    import functools
+    import ssl
+
+    if getattr(ssl.create_default_context, "workbench_cached", False):
+        return
+    made = functools.lru_cache(maxsize=8)(ssl.create_default_context)
+
+    def cached(*args: object, **kwargs: object) -> ssl.SSLContext:
+        try:
+            return made(*args, **kwargs)
+        except TypeError:  # an unhashable argument: made as usual
+            fresh: ssl.SSLContext = made.__wrapped__(*args, **kwargs)
+            return fresh
+
+    cached.workbench_cached = True  # type: ignore[attr-defined]
+    cached.__wrapped__ = made.__wrapped__  # type: ignore[attr-defined]
+    ssl.create_default_context = cached  # type: ignore[assignment]
+
+
+ASSUMED_ABSENT: list[str] = []  # "repo/file" the engine asked the hub about that the cache lacks (this request)
+
+
+def _cached_file(repo_id: str, filename: str, revision: str | None, repo_type: str | None) -> bool:
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, filename, cache_dir=constants.HF_HUB_CACHE, revision=revision,
+                                   repo_type=repo_type)
+    if not isinstance(found, str):
+        ASSUMED_ABSENT.append(f"{repo_id}/{filename}")
+    return isinstance(found, str)
+
+
+def answer_hub_from_cache() -> None:
+    """Answer the hub questions engines ask while resolving (``HfApi.file_exists``,
+    ``list_repo_files``) from the user's cache, as the hub would answer for the files it holds.
+
+    Online, the engine asks the hub whether a model has, say, ``hf_quant_config.json``; offline
+    the question raises. Here the cache answers: a file it holds exists, one it lacks is taken as
+    absent from the repository (the workbench's assumption, listed in the check's notes)."""
+    try:
+        import huggingface_hub
+        from huggingface_hub import HfApi
+    except ImportError:
+        return
+    if getattr(HfApi.file_exists, "workbench_cached", False):
+        return
+
+    def file_exists(self: object, repo_id: str, filename: str, *, repo_type: str | None = None,
+                    revision: str | None = None, token: object = None) -> bool:
+        return _cached_file(repo_id, filename, revision, repo_type)
+
+    def list_repo_files(self: object, repo_id: str, *, revision: str | None = None, repo_type: str | None = None,
+                        token: object = None) -> list[str]:
+        from huggingface_hub import constants
+
+        snapshot = _snapshot(repo_id, constants.HF_HUB_CACHE, revision)
+        return sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()) if snapshot else []
+
+    file_exists.workbench_cached = True  # type: ignore[attr-defined]
+    originals = {"file_exists": HfApi.file_exists, "list_repo_files": HfApi.list_repo_files}
+    HfApi.file_exists = file_exists  # type: ignore[assignment,method-assign]
+    HfApi.list_repo_files = list_repo_files  # type: ignore[assignment,method-assign]
+    # The module-level shortcuts (huggingface_hub.file_exists) are methods bound at import.
+    api = HfApi()
+    for module in [huggingface_hub, *(m for name, m in sys.modules.items() if name.startswith("huggingface_hub."))]:
+        for name, original in originals.items():
+            bound = getattr(module, name, None)
+            if bound is not None and getattr(bound, "__func__", None) is original:
+                setattr(module, name, getattr(api, name))
+
+
+def _snapshot(repo_id: str, cache: str, revision: str | None) -> Path | None:
+    folder = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    ref = folder / "refs" / (revision or "main")
+    name = ref.read_text().strip() if ref.is_file() else (revision or "")
+    snapshot = folder / "snapshots" / name
+    return snapshot if name and snapshot.is_dir() else None

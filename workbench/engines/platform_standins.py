@@ -66,25 +66,35 @@ def _tool(folder: Path, name: str, text: str) -> None:
 
 
 def _nvidia_smi(gpu: Gpu) -> str:
-    """``nvidia-smi --query-gpu=a,b --format=csv,noheader,nounits``: one line per device."""
-    fields = {"memory.total": str(gpu.memory_mib), "memory.used": "0", "memory.free": str(gpu.memory_mib),
+    """``nvidia-smi --query-gpu=a,b --format=csv,noheader,nounits``: one line per device (a shell
+    script: engines run it once a request, and a Python one would cost a tenth of a second)."""
+    values = {"memory.total": str(gpu.memory_mib), "memory.used": "0", "memory.free": str(gpu.memory_mib),
               "name": gpu.device_name, "compute_cap": f"{gpu.capability[0]}.{gpu.capability[1]}",
-              "count": str(gpu.devices_per_node), "driver_version": "570.00", "index": "{i}"}
-    return f"""#!{sys.executable}
-import sys
-FIELDS = {fields!r}
-query = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--query-gpu=")), None)
-if query is None:
-    print("stand-in nvidia-smi: {gpu.device_name} x {gpu.devices_per_node} (workbench)")
-    sys.exit(0)
-for i in range({gpu.devices_per_node}):
-    print(", ".join(FIELDS.get(name, "[N/A]").format(i=i) for name in query.split(",")))
+              "count": str(gpu.devices_per_node), "driver_version": "570.00", "index": "$i"}
+    cases = "\n".join(f"      {name}) v=\"{value}\" ;;" for name, value in values.items())
+    return f"""#!/bin/sh
+q=""
+for a in "$@"; do case "$a" in --query-gpu=*) q="${{a#--query-gpu=}}" ;; esac; done
+if [ -z "$q" ]; then echo "stand-in nvidia-smi: {gpu.device_name} x {gpu.devices_per_node} (workbench)"; exit 0; fi
+i=0
+while [ "$i" -lt {gpu.devices_per_node} ]; do
+  line=""
+  for f in $(echo "$q" | tr ',' ' '); do
+    case "$f" in
+{cases}
+      *) v="[N/A]" ;;
+    esac
+    line="${{line:+$line, }}$v"
+  done
+  echo "$line"
+  i=$((i + 1))
+done
 """
 
 
 def _rocminfo(gpu: Gpu) -> str:
     kib = gpu.memory_mib * 1024
-    agent = f"  Name:                    {gpu.arch}\\n  Pool 1\\n    Segment:                 GLOBAL\\n    Size:                    {kib}(0x0) KB\\n"
+    agent = f"  Name: {gpu.arch}\\n  Pool 1\\n    Segment: GLOBAL\\n    Size: {kib}(0x0) KB\\n"
     return f"#!{sys.executable}\nprint(\"{agent}\" * {gpu.devices_per_node})\n"
 
 
@@ -92,10 +102,54 @@ def _npu_smi(gpu: Gpu) -> str:
     return f"#!{sys.executable}\nprint('stand-in npu-smi: {gpu.device_name} x {gpu.devices_per_node} (workbench)')\n"
 
 
+def _host_cpu(torch: Any) -> None:
+    """The host CPU questions older releases ask through torch internals this torch no longer has
+    (``torch._C._cpu._is_amx_tile_supported``, asked for the CPU backend): no AMX, the answer of a
+    CPU without it. Only a missing function is added; nothing the running torch has is changed."""
+    cpu = torch._C._cpu
+    if not hasattr(cpu, "_is_amx_tile_supported"):
+        cpu._is_amx_tile_supported = lambda: False
+
+
+# Operator namespaces of the accelerator libraries the engine process stands in for (standins.py).
+STOOD_IN_OPS = ("sgl_kernel", "flashinfer", "vllm", "_C", "_moe_C", "npu", "aiter", "torch_npu")
+
+
+def _fake_registrations(torch: Any) -> None:
+    """``torch.library.register_fake("sgl_kernel::op")`` at a module's top registers a shape
+    function for an operator of a library that is not here: the operator does not exist, and the
+    registration raises at import. For those namespaces a failed registration leaves the function
+    unregistered (it would only ever describe a kernel that cannot run here)."""
+    library = torch.library
+    original = library.register_fake
+    if getattr(original, "workbench_stood_in", False):
+        return
+
+    def register_fake(op: Any, func: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+        namespace = op.split("::", 1)[0] if isinstance(op, str) else ""
+        if namespace not in STOOD_IN_OPS:
+            return original(op, func, *args, **kwargs)
+
+        def apply(function: Any) -> Any:
+            try:
+                return original(op, function, *args, **kwargs)
+            except RuntimeError as error:  # "operator sgl_kernel::x does not exist"
+                if "does not exist" not in str(error):
+                    raise
+                return function
+
+        return apply if func is None else apply(func)
+
+    register_fake.workbench_stood_in = True  # type: ignore[attr-defined]
+    library.register_fake = register_fake
+
+
 def install(gpu: Gpu) -> Path:
     """Stand in for ``gpu`` in this process; returns the folder of the stand-in tools (on ``PATH``)."""
     import torch
 
+    _host_cpu(torch)
+    _fake_registrations(torch)
     if gpu.platform in ("cuda", "rocm"):
         _device_module(gpu, torch.cuda)
         torch.version.cuda = gpu.toolkit if gpu.platform == "cuda" else None  # type: ignore[misc]

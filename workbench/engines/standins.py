@@ -103,6 +103,11 @@ class StandInMeta(type):
     def __bool__(cls) -> bool:
         return False
 
+    def __instancecheck__(cls, instance: object) -> bool:
+        # A function a stand-in decorated (``@triton.jit``) is what that library would have made of
+        # it (``isinstance(fn, triton.runtime.jit.JITFunction)`` at import)
+        return isinstance(instance, Decorated) or type.__instancecheck__(cls, instance)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         # Used as a decorator (``@torch_npu.something`` or ``@triton.jit``): give the function back.
         strict_now = _strict_now()
@@ -120,6 +125,7 @@ class Decorated:
 
     def __init__(self, function: Any, decorator: str) -> None:
         self.function = function
+        self.fn = function  # what a JITFunction calls the function it wraps
         self.decorator = decorator
         self.__name__ = getattr(function, "__name__", "function")
         self.__doc__ = getattr(function, "__doc__", None)

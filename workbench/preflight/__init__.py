@@ -1,36 +1,45 @@
 """Preflight: paste a launch command, learn whether that deployment can crash at its context limit.
 
-``check(command)`` parses the engine's own flags (``command``), resolves what the command leaves
-out as the engine version would (``resolve_sglang`` / ``resolve_vllm``, defaults from
-``data/launch_defaults.json``), runs every graph buffer and allocator path the deployment sets up
-through the library (``rows``) and says whether a run reaches a failure (``verdict``).
-``format`` prints it. Bad input raises ``PreflightError`` with one line naming the flag.
+``check(command)`` reads the shell around the command (``command``), picks the release
+(``engines.release_choice``: ``--engine``, else the one installed here, else the newest) and the
+GPU (``--gpu``), and asks the release's own code to read it: its parser and its default
+resolution, run in an engine process of that release (``engines.launch_service``, the adapters
+of ``engines.launch_adapters``) with the model's config from this machine. The engine's answer
+becomes a deployment (``resolve_<engine>.deployment``); every graph buffer and allocator path it
+sets up is run through the library (``rows``), and the verdict says whether a run reaches a failure.
 
-Exit statuses (``CheckResult.status``): 0 safe, 1 a failure a run reaches, 2 bad input, 3 not
-decidable (graphs disabled, or a buffer the deployment sets up that no backend models).
+Exit statuses (``CheckResult.status``): 0 safe, 1 a failure a run reaches, 2 bad input (a command
+the engine itself refuses, with the engine's message; or a wrong option of the check), 3 not
+decidable (a model whose config is not on this machine, a release whose code cannot run on a CPU,
+graphs disabled, or a buffer no backend models).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from workbench import backends
 from workbench.backends.base import TableBackend
-from workbench.preflight.command import parse_command
-from workbench.preflight.deployment import Deployment, launch_data
-from workbench.preflight.flags import PreflightError
-from workbench.preflight.resolve_sglang import resolve_sglang
-from workbench.preflight.resolve_vllm import resolve_vllm
+from workbench.engines import gpus, release_choice, wheels
+from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution
+from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
+from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
-DEFAULT_GPU = "hopper"
+LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 
 
 @dataclass(frozen=True)
 class CheckResult:
-    deployment: Deployment
+    command: LaunchCommand
+    choice: release_choice.Choice
+    deployment: Deployment | None  # None: the check stopped before the rows (undecided)
     rows: tuple[Row, ...]
     notes: tuple[str, ...]
     status: int  # SAFE, FAILS or UNDECIDED
@@ -44,22 +53,73 @@ def vllm_backends() -> tuple[TableBackend, ...]:
     return backends.engine_backends("vllm")
 
 
-def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
-            allow_unknown: bool = False, overshoot: int | None = None, gpu: str = DEFAULT_GPU) -> Deployment:
-    """The deployment a command resolves to under ``engine`` (default: the newest modelled version)."""
-    data = launch_data()
-    if gpu not in data.gpus:
-        raise PreflightError(f"--gpu: {gpu!r} is not one of {', '.join(data.gpus)}")
-    cmd = parse_command(command, allow_unknown=allow_unknown)
-    name = engine or data.newest[cmd.engine]
+def pick_gpu(command: LaunchCommand, name: str | None) -> tuple[Gpu, str]:
+    """The GPU given, or the workbench's default for the command's device (an Ascend NPU for
+    ``--device npu``, else the data file's default), and the reason."""
+    if name:
+        try:
+            return gpus.gpu(name), "--gpu"
+        except ValueError as err:
+            raise PreflightError(str(err)) from None
+    if _device_hint(command.argv) == "npu":
+        return gpus.gpu("910b"), "the workbench's assumption for --device npu (give --gpu to change it)"
+    default = gpus.default_name()
+    return gpus.gpu(default), f"the workbench's default (give --gpu: {', '.join(gpus.names())})"
+
+
+def _device_hint(argv: Sequence[str]) -> str | None:
+    """The value of ``--device`` (or an abbreviation argparse would take), for the GPU's default only."""
+    for i, token in enumerate(argv):
+        name, has_value, value = token.partition("=")
+        if len(name) >= 5 and "--device".startswith(name):
+            return value if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
+# $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <model-dir>
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|^\{[a-z][a-z_ -]*\}?$|^<[a-z][a-z _-]*>?$")
+
+
+def unset_variables(command: LaunchCommand) -> list[str]:
+    """The shell variables (``$i``, ``${MODEL_PATH}``) and documentation placeholders
+    (``{weights path}``, ``<model>``) left in the command's arguments: values only its author knows."""
+    found = [m.group(0) for word in command.argv for m in _PLACEHOLDER.finditer(word) if not word.lstrip().startswith("{\"")]
+    return list(dict.fromkeys(found))
+
+
+def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
+    found = wheels.cached(engine)
+    if found is not None:
+        return found
+    if progress is not None:
+        progress.write(f"workbench: fetching {engine}'s wheel and its small dependencies into {wheels.cache_root()} "
+                       "(first use of this release)...\n")
+        progress.flush()
+    return wheels.fetch(engine)
+
+
+def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
+                      owner: bool = True, progress: IO[str] | None = sys.stderr) -> Resolution:
+    """The release's own reading of the command, from its engine process."""
+    from workbench.engines import launch_service
+
     try:
-        version = data.version(name)
-    except ValueError as err:  # LaunchData knows no flags; to a check it is bad input like any other
-        raise PreflightError(str(err)) from None
-    if version.family != cmd.engine:
-        raise PreflightError(f"--engine: {name!r} is a {version.family} version, but the command launches {cmd.engine}")
-    resolver = resolve_sglang if cmd.engine == "sglang" else resolve_vllm
-    return resolver(cmd, version, model_config=model_config, gpu=gpu, overshoot=overshoot)
+        install = _install(choice.release, progress)
+        request = LaunchRequest(choice.release, command.program, command.argv, command.env, gpu, model_config,
+                                {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd())
+        return launch_service.resolve(request, install, owner=owner, progress=progress)
+    except (wheels.FetchError, launch_service.EngineUnavailable) as err:
+        return Resolution(choice.release, "unloadable", str(err))
+
+
+def _deployment(command: LaunchCommand, choice: release_choice.Choice, resolution: Resolution, gpu: Gpu, gpu_reason: str,
+                overshoot: int | None) -> Deployment:
+    import importlib
+
+    context = ResolveContext(command, choice, release_choice.launch_version(choice), gpu, gpu_reason, overshoot)
+    builder = importlib.import_module(f"workbench.preflight.resolve_{command.engine}")
+    made: Deployment = builder.deployment(resolution, context)
+    return made
 
 
 def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]) -> tuple[int, str]:
@@ -75,7 +135,7 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         return UNDECIDED, "UNDECIDED: graphs are disabled: the eager path's tables are not modelled"
     if missing:
         shown = "; the rows shown do not fail" if rows else ""
-        return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.version.engine} sets up for "
+        return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.choice.asked} sets up for "
                            f"{', '.join(missing)}{shown}")
     if not any(r.kind in ("table", "pooled") for r in rows):
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
@@ -86,20 +146,76 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     return SAFE, "SAFE: no row fails at any committed length the request table holds"
 
 
-def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
-          allow_unknown: bool = False, overshoot: int | None = None, gpu: str = DEFAULT_GPU,
-          device: str = "cpu") -> CheckResult:
-    """Resolve ``command`` and run every row; ``device`` is where the probes' tensors live."""
-    deployment = resolve(command, engine=engine, model_config=model_config, allow_unknown=allow_unknown,
-                         overshoot=overshoot, gpu=gpu)
+def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str], int, str]:
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
     rows += case_rows(deployment, device) if deployment.graphs else []
     rows += pooled_rows(deployment, device)
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
     status, verdict = _verdict(deployment, rows, missing)
-    skipped = [f"{n}: unknown flag skipped (--allow-unknown)" for n in deployment.command.flags.unknown]
-    return CheckResult(deployment, tuple(rows), (*deployment.notes, *notes, *skipped), status, verdict)
+    return rows, notes, status, verdict
 
 
-__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "resolve", "vllm_backends"]
+def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
+            overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
+            progress: IO[str] | None = sys.stderr) -> Deployment | None:
+    """The deployment ``command`` resolves to (no rows run); None when the check is undecided
+    before the rows (a model not on this machine, a release that cannot run here)."""
+    return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
+                  owner=owner, progress=progress).deployment
+
+
+def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
+          overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
+          progress: IO[str] | None = sys.stderr) -> CheckResult:
+    """Read ``command`` with its release's own code and run every row; ``device`` is where the
+    probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
+
+    ``owner``: the release's engine process ends with this process (a notebook, a test session);
+    False leaves it running for the next command-line check. ``progress``: where the first use of
+    a release says that it is fetching and loading (None: silent)."""
+    return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
+                  owner=owner, progress=progress)
+
+
+def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
+           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None) -> CheckResult:
+    """``check``; ``device`` None stops before the rows."""
+    parsed = parse_command(command)
+    if parsed.engine not in ADAPTERS:
+        from workbench.preflight.resolve_vllm import legacy_check
+
+        return legacy_check(parsed, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device)
+    try:
+        choice = release_choice.choose(parsed.engine, engine)
+    except ValueError as err:
+        raise PreflightError(str(err)) from None
+    chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
+    outside = unset_variables(parsed)
+    if outside:
+        return CheckResult(parsed, choice, None, (), (), UNDECIDED,
+                           f"UNDECIDED: the command uses {', '.join(outside)}, set outside it (a shell variable or a "
+                           "placeholder): give the values in their place")
+    resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
+    if resolution.status == REJECTED:
+        by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
+        hint = ""
+        if resolution.rejected_by == "parser" and engine is None:
+            older = release_choice.newest_knowing(parsed.engine, parsed.argv, before=choice.release)
+            hint = f" ({older} takes every option of it: workbench check --engine {older})" if older else ""
+        raise PreflightError(f"{choice.release} refuses the command ({by}): {resolution.message}{hint}")
+    if resolution.status != RESOLVED:
+        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
+                           f"UNDECIDED: {resolution.message}")
+    try:
+        deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
+    except NotModelled as err:
+        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED, f"UNDECIDED: {err}")
+    if device is None:
+        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
+    rows, notes, status, verdict = _run_rows(deployment, device)
+    return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
+
+
+__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "pick_gpu", "resolve",
+           "vllm_backends"]

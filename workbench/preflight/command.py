@@ -68,6 +68,7 @@ _PYTHON_VALUED = {"-W", "-X"}
 def tokens_of(text: str) -> list[str]:
     """Shell words and operators of ``text`` (quotes honoured, line continuations joined)."""
     text = re.sub(r"\\\r?\n", " ", text)
+    text = re.sub(r"\\\s*$", "", text)  # a continuation with nothing after it: the shell waits for more, there is none
     text = _FD_REDIRECT.sub(" ", f" {text}")
     lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
     lexer.whitespace = " \t\r"
@@ -96,7 +97,7 @@ def statements(words: Sequence[str]) -> list[list[str]]:
     for word in words:
         if skip_next:
             skip_next = False
-        elif word in _SEPARATORS:
+        elif word in _SEPARATORS or (word and set(word) <= set(";&|\n")):  # runs of them: "\n\n", ";\n"
             found.append([])
         elif word in _REDIRECTS:
             skip_next = True
@@ -157,7 +158,7 @@ def _strip_prefixes(words: list[str], found: _Found) -> list[str]:
         head = words[0].rsplit("/", 1)[-1]
         if _ASSIGNMENT.fullmatch(words[0]):
             key, _, value = words[0].partition("=")
-            found.env[key] = value
+            found.env[key] = expand(value, found.env)
             words = words[1:]
         elif head == "env":
             words = words[1:]
@@ -196,7 +197,7 @@ def _launch(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, l
         for assignment in words[1:]:
             if _ASSIGNMENT.fullmatch(assignment):
                 key, _, value = assignment.partition("=")
-                found.env[key] = value
+                found.env[key] = expand(value, found.env)
         return None
     matched = _match(words)
     if matched is None:
@@ -226,5 +227,15 @@ def parse_command(command: str | Sequence[str]) -> LaunchCommand:
         raise PreflightError(f"command: no SGLang or vLLM launch in {shown!r}... (looked for: {ALLOWED_PROGRAMS})")
     program, argv, launch_words = result
     wrappers = [*found.wrappers, *(f"export {k}" for k in found.env)]
+    argv = [expand(word, found.env) for word in argv]
     return LaunchCommand(program.engine, program.shown, tuple(argv), dict(found.env), shlex.join(launch_words),
                          tuple(wrappers), tuple(found.skipped))
+
+
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def expand(word: str, env: dict[str, str]) -> str:
+    """``word`` with the ``$VAR`` / ``${VAR}`` the command itself sets replaced, as the shell would
+    (a variable it does not set stays as written: its value is on the user's machine only)."""
+    return _VARIABLE.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), word)

@@ -1,43 +1,52 @@
-"""What a launch command resolves to: the deployment a check runs, with where each value came from.
+"""What a launch command resolves to: the deployment a check runs, every setting with where it came from.
 
-Shared by both engines' resolutions (``resolve_sglang``, ``resolve_vllm``): the resolved settings
-(``Setting``: given, an engine default with its file:line, or the workbench's own choice), the
-model (its launch data, preset or ``config.json``) and the serving geometry the tables are sized by.
+Each engine's side (``resolve_sglang.deployment``, ``resolve_vllm.deployment``) builds one from
+the engine's own reading of the command (``launch_adapters.Resolution``): the settings by the
+engine's names, each given, written by the engine's code (which function, file:line), read from
+source (file:line, and why), or the workbench's assumption; the model as the engine loaded it;
+and the serving geometry the tables are sized by.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from workbench.analysis.memory import ModelPreset, load_presets
 from workbench.analysis.reach import ReachRule
-from workbench.engines.launch import LaunchData, LaunchVersion, ModelInfo, load_launch_data
+from workbench.engines.launch import LaunchVersion
+from workbench.engines.launch_adapters import GIVEN, READ, WORKBENCH, FlagUse, Gpu, ModelFacts, Resolution
+from workbench.engines.launch_adapters import Setting as EngineSetting
+from workbench.engines.release_choice import Choice
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.preflight.command import LaunchCommand
-from workbench.preflight.flags import PreflightError
 
-GIVEN = "given"
-DEFAULT = "default"  # the engine's default, read from its source
-FORCED = "forced"  # the engine's resolution overrides what the command gave
-MODEL = "model"  # the model's preset or config.json
-WORKBENCH = "workbench"  # the workbench's own stand-in, where the engine decides at start-up
-
-DEVICE_FAMILIES = {"npu": "ascend-npu", "cuda": "cuda"}  # TableBackend.device_family of a --device
+DEVICE_FAMILIES = {"npu": "ascend-npu", "cuda": "cuda", "rocm": "rocm"}  # TableBackend.device_family of a device
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
     value: object
-    origin: str  # GIVEN, DEFAULT, FORCED, MODEL or WORKBENCH
-    source: str  # the flag as given, or the file:lines the default was read from
+    origin: str  # given, engine, read or workbench
+    source: str  # the flag as spelled; the engine function (file:line); file:line and why; the assumption
+    modelled: bool = True  # False: the value changes no buffer the workbench models
+    given: object = None  # what the command gave, where the engine replaced it
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "value": self.value, "origin": self.origin, "source": self.source}
+        return {"name": self.name, "value": self.value, "origin": self.origin, "source": self.source,
+                "modelled": self.modelled, **({"given": self.given} if self.given is not None else {})}
+
+
+@dataclass(frozen=True)
+class ResolveContext:
+    """What the workbench's side of a resolution knows besides the engine's answer."""
+
+    command: LaunchCommand
+    choice: Choice
+    version: LaunchVersion  # the buffer data and run-time facts the rows read
+    gpu: Gpu
+    gpu_reason: str
+    overshoot: int | None
 
 
 @dataclass(frozen=True)
@@ -46,23 +55,27 @@ class Deployment:
 
     version: LaunchVersion
     command: LaunchCommand
+    choice: Choice
     model_path: str
-    model: ModelInfo
-    preset: ModelPreset | None
+    model: ModelFacts
     device: str
     geometry: ServingGeometry
     launch_names: tuple[str, ...]  # what sets tables up: the attention backend, features ("dsa-indexer")
     modes: tuple[tuple[Mode, int], ...]  # (mode, step_id) of every graph the deployment captures
     graphs: bool  # False: graphs disabled, the eager path builds tables fresh each step
     reach_rule: ReachRule
-    settings: tuple[Setting, ...]
+    settings: Mapping[str, Setting]  # by the engine's names, in the order shown
+    flags: tuple[FlagUse, ...] = ()
     notes: tuple[str, ...] = ()
-    kv_bytes_per_token: int | None = None
     extra: Mapping[str, object] = field(default_factory=dict)  # engine-specific values (vLLM: dcp, lookahead)
 
     @property
     def device_family(self) -> str:
         return DEVICE_FAMILIES.get(self.device, self.device)
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        return self.model.kv_bytes_per_token
 
     @property
     def kv_budget_bytes(self) -> int | None:
@@ -73,125 +86,55 @@ class Deployment:
 
 
 class Settings:
-    """Collects resolved settings in order; ``value`` returns what was recorded."""
+    """The resolved settings in the order shown: the engine's, then the workbench's own."""
 
-    def __init__(self) -> None:
-        self.items: list[Setting] = []
+    def __init__(self, resolution: Resolution, modelled: set[str]) -> None:
+        self.engine = resolution.settings
+        self.modelled = modelled
+        self.items: dict[str, Setting] = {}
         self.notes: list[str] = []
 
+    def take(self, name: str, shown: str | None = None) -> object:
+        """The engine's value of ``name`` (recorded as shown); None when the engine has none."""
+        found: EngineSetting | None = self.engine.get(name)
+        if found is None:
+            return None
+        self.items[shown or name] = Setting(shown or name, found.value, found.origin, found.source, True, found.given)
+        return found.value
+
     def add(self, name: str, value: object, origin: str, source: str) -> object:
-        self.items.append(Setting(name, value, origin, source))
+        self.items[name] = Setting(name, value, origin, source, True)
         return value
 
-    def given_or(self, name: str, flags: LaunchCommand, dest: str, default: object, source: str,
-                 origin: str = DEFAULT) -> object:
-        """The command's value for ``dest``, or ``default`` from ``source``."""
-        if dest in flags.flags.values:
-            return self.add(name, flags.flags.values[dest], GIVEN, flags.flags.spelled[dest])
-        return self.add(name, default, origin, source)
+    def read(self, name: str, version: LaunchVersion, key: str, why: str) -> object:
+        """A run-time fact read from the release's source (``data/launch_defaults.json``)."""
+        fact = version.default(key)
+        return self.add(name, fact.value, READ, f"{fact.source}: {why}")
+
+    def rest(self, flags: tuple[FlagUse, ...]) -> dict[str, Setting]:
+        """Every setting taken, then every other flag the command gave (marked as modelling no buffer)."""
+        out = dict(self.items)
+        for flag in flags:
+            if flag.dest in out or flag.dest in self.modelled:
+                continue
+            found = self.engine.get(flag.dest)
+            value, origin, source = (found.value, found.origin, found.source) if found else (flag.value, GIVEN, flag.spelled)
+            out[flag.dest] = Setting(flag.dest, value, origin, source, False, found.given if found else None)
+        return out
 
 
-# ---- models -------------------------------------------------------------------------------------
+def gpu_setting(context: ResolveContext) -> Setting:
+    g = context.gpu
+    return Setting("gpu", f"{g.name} ({g.device_name}, sm {g.capability[0]}.{g.capability[1]}, {g.memory_mib} MiB)",
+                   GIVEN if context.gpu_reason == "--gpu" else WORKBENCH, f"{context.gpu_reason}; {g.source}")
 
 
-@functools.lru_cache(maxsize=2)
-def _presets() -> dict[str, ModelPreset]:
-    return {p.name: p for p in load_presets()}
-
-
-def preset_named(name: str | None) -> ModelPreset | None:
-    return _presets().get(name) if name else None
-
-
-def _config_context_len(config: Mapping[str, object], keys: list[str]) -> int | None:
-    """The engine's rule: the first context key present, times the rope scaling factor."""
-    rope = config.get("rope_scaling")
-    factor = 1.0
-    if isinstance(rope, dict) and "original_max_position_embeddings" not in rope and rope.get("rope_type") != "llama3":
-        factor = float(rope.get("factor", 1))
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return int(factor * value)
-    return None
-
-
-def _config_kv_bytes(config: Mapping[str, object]) -> int | None:
-    """KV bytes per token from a config.json (bf16 assumed, as the presets do)."""
-    layers = config.get("num_hidden_layers")
-    if not isinstance(layers, int):
-        return None
-    rank, rope = config.get("kv_lora_rank"), config.get("qk_rope_head_dim")
-    if isinstance(rank, int) and isinstance(rope, int):
-        return layers * (rank + rope) * 2
-    heads = config.get("num_key_value_heads", config.get("num_attention_heads"))
-    head_dim = config.get("head_dim")
-    hidden, attention_heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if not isinstance(head_dim, int) and isinstance(hidden, int) and isinstance(attention_heads, int) and attention_heads:
-        head_dim = hidden // attention_heads
-    if isinstance(heads, int) and isinstance(head_dim, int):
-        return 2 * layers * heads * head_dim * 2
-    return None
-
-
-def model_from_config(path: str, model_path: str, data: LaunchData, keys: list[str]) -> tuple[ModelInfo, int | None]:
-    """A ``--model-config`` file as a model: architecture, DSA, context length; its KV bytes per token."""
-    try:
-        config = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise PreflightError(f"--model-config: cannot read {path!r} ({err.strerror})") from None
-    except json.JSONDecodeError as err:
-        raise PreflightError(f"--model-config: {path!r} is not JSON ({err.msg}, line {err.lineno})") from None
-    if not isinstance(config, dict):
-        raise PreflightError(f"--model-config: {path!r} is not a JSON object (a model's config.json)")
-    architectures = config.get("architectures")
-    if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
-        raise PreflightError(f"--model-config: {path!r} has no \"architectures\" list (a model's config.json has one)")
-    known = data.model(model_path)
-    model = ModelInfo(
-        model_paths=(model_path,), preset=known.preset if known else None, architecture=architectures[0],
-        attention="mla" if "kv_lora_rank" in config else "mha", dsa=config.get("index_topk") is not None,
-        index_kpool=int(config.get("index_kpool", 1)),
-        num_nextn_predict_layers=int(config.get("num_nextn_predict_layers", 0) or 0),
-        context_len=_config_context_len(config, keys), source=f"--model-config {path}",
-    )
-    return model, _config_kv_bytes(config)
-
-
-def resolve_model(model_path: str, model_config: str | None, data: LaunchData, keys: list[str],
-                  flag: str) -> tuple[ModelInfo | None, ModelPreset | None, int | None]:
-    """The model, its preset and KV bytes per token; None for a model neither known nor configured."""
-    if model_config is not None:
-        configured, kv = model_from_config(model_config, model_path, data, keys)
-        preset = preset_named(configured.preset)
-        return configured, preset, kv if kv is not None else (preset.kv_bytes_per_token if preset else None)
-    known = data.model(model_path)
-    if known is None:
-        return None, None, None
-    preset = preset_named(known.preset)
-    if known.preset and preset is None:
-        raise PreflightError(f"{flag}: {model_path!r} names preset {known.preset!r}, which data/presets.json lacks")
-    return known, preset, preset.kv_bytes_per_token if preset else None
-
-
-def unknown_model(model_path: str, flag: str, data: LaunchData, needs: str) -> PreflightError:
-    return PreflightError(f"{flag}: {model_path!r} is not a known model (known: {', '.join(data.known_models())}); "
-                          f"give --model-config CONFIG.json{needs}")
-
-
-def context_source(model: ModelInfo, preset: ModelPreset | None) -> str:
-    """Where a context length the command does not give comes from: a config.json, or the preset."""
-    if model.context_len is not None:
-        return model.source
-    return f"preset {preset.name} (data/presets.json)" if preset else "no preset"
+class NotModelled(ValueError):
+    """A deployment the engine accepts that the workbench's models do not cover (undecided, not bad input)."""
 
 
 def check_geometry(**fields: object) -> ServingGeometry:
     try:
         return ServingGeometry(**fields)  # type: ignore[arg-type]
     except ValueError as err:
-        raise PreflightError(f"resolved settings: {err}") from None
-
-
-def launch_data() -> LaunchData:
-    return load_launch_data()
+        raise NotModelled(f"the engine accepts it, but the workbench models no such deployment: {err}") from None

@@ -1,11 +1,10 @@
-"""The engines' own flag names, and reading their values out of a launch command.
+"""vLLM's flag names, read by the workbench until vLLM's own parser reads them (its adapter).
 
-Each engine's table lists the flags a check uses (with the value's kind and allowed range) and
-the common flags it accepts but does not need (``--host``, ``--tp-size`` ...). An unknown flag is
-bad input, reported with the nearest known one, unless the user allows unknown flags; then it is
-skipped with its value (the next token, when that is not itself a flag).
+The table lists the flags a vLLM check uses (with the value's kind and allowed range) and the
+common flags it accepts but does not need. An unknown flag is bad input, reported with the
+nearest known one. SGLang commands are read by SGLang's own parser (``launch_adapters.sglang``).
 
-Names are the engines' (SGLang ``srt/arg_groups/fields/*.py``; vLLM ``engine/arg_utils.py``).
+Names are vLLM's (``engine/arg_utils.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from workbench.model.geometry import MAX_CONTEXT_LEN, MAX_DRAFT_TOKENS, MAX_GRAPH_BATCH, MAX_PAGE_SIZE, MAX_SPEC_STEPS, MAX_SPEC_TOPK
-
-
-class PreflightError(ValueError):
-    """Input a check cannot run: one line naming the flag and what is allowed (exit status 2)."""
+from workbench.model.geometry import MAX_CONTEXT_LEN, MAX_GRAPH_BATCH, MAX_PAGE_SIZE
+from workbench.preflight.command import PreflightError
 
 
 @dataclass(frozen=True)
@@ -92,47 +88,6 @@ def _human_int(flag: str, text: str, allowed: str) -> int:
 
 # ---- the engines' tables --------------------------------------------------------------------------
 
-SGLANG_ATTENTION_BACKENDS = (  # srt/arg_groups/choices.py:69-100 (0.5.23)
-    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4", "flashinfer",
-    "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops",
-    "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
-)
-SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")  # fields/spec.py:31-34
-SGLANG_DEVICES = ("cuda", "xpu", "hpu", "npu", "cpu", "musa")  # fields/device.py:24-27
-
-SGLANG_FLAGS = (
-    Flag(("--model-path", "--model"), "model_path", "str"),
-    Flag(("--context-length",), "context_length", "int", 1, MAX_CONTEXT_LEN),
-    Flag(("--page-size",), "page_size", "int", 1, MAX_PAGE_SIZE),
-    Flag(("--attention-backend",), "attention_backend", "choice", choices=SGLANG_ATTENTION_BACKENDS),
-    Flag(("--decode-attention-backend",), "decode_attention_backend", "choice", choices=SGLANG_ATTENTION_BACKENDS),
-    Flag(("--prefill-attention-backend",), "prefill_attention_backend", "choice", choices=SGLANG_ATTENTION_BACKENDS),
-    Flag(("--speculative-algorithm",), "speculative_algorithm", "choice", choices=SGLANG_ALGORITHMS, fold_case=True),
-    Flag(("--speculative-num-steps",), "speculative_num_steps", "int", 1, MAX_SPEC_STEPS),
-    Flag(("--speculative-eagle-topk",), "speculative_eagle_topk", "int", 1, MAX_SPEC_TOPK),
-    Flag(("--speculative-num-draft-tokens",), "speculative_num_draft_tokens", "int", 1, MAX_DRAFT_TOKENS),
-    Flag(("--speculative-ngram-max-bfs-breadth",), "speculative_ngram_max_bfs_breadth", "int", 1, MAX_SPEC_TOPK),
-    Flag(("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"), "cuda_graph_max_bs", "int", 1, MAX_GRAPH_BATCH),
-    Flag(("--schedule-conservativeness",), "schedule_conservativeness", "float", 0.0, None),
-    Flag(("--device",), "device", "choice", choices=SGLANG_DEVICES),
-    Flag(("--disable-cuda-graph",), "disable_cuda_graph", "bool"),
-)
-SGLANG_IGNORED_VALUE = (
-    "--tp-size", "--tp", "--dp-size", "--dp", "--ep-size", "--pp-size", "--host", "--port", "--mem-fraction-static",
-    "--max-running-requests", "--max-total-tokens", "--chunked-prefill-size", "--served-model-name", "--dtype",
-    "--kv-cache-dtype", "--quantization", "--speculative-draft-model-path", "--speculative-draft-model",
-    "--speculative-draft-model-revision", "--speculative-draft-attention-backend", "--log-level", "--tokenizer-path",
-    "--revision", "--nnodes", "--node-rank", "--dist-init-addr", "--reasoning-parser", "--tool-call-parser",
-    "--load-format", "--cuda-graph-bs", "--watchdog-timeout", "--api-key", "--json-model-override-args", "--nccl-port",
-    "--base-gpu-id", "--moe-runner-backend", "--moe-a2a-backend", "--max-prefill-tokens", "--stream-interval",
-    "--random-seed", "--config",
-)
-SGLANG_IGNORED_BOOL = (
-    "--trust-remote-code", "--disable-radix-cache", "--enable-metrics", "--enable-dp-attention",
-    "--disable-overlap-schedule", "--enable-torch-compile", "--skip-server-warmup", "--enable-mixed-chunk",
-    "--disable-custom-all-reduce", "--enable-ep-moe", "--enable-cache-report", "--disable-shared-experts-fusion",
-)
-
 VLLM_FLAGS = (
     Flag(("--model",), "model", "str"),
     Flag(("--max-model-len",), "max_model_len", "int", 1, MAX_CONTEXT_LEN),
@@ -167,7 +122,7 @@ VLLM_SPECULATIVE_KEYS = (
 
 
 # workbench check's own options: written after "--" they are a misplaced option, not an engine flag
-CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--allow-unknown", "--overshoot", "--gpu", "--cmd", "--from-file")
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file")
 
 
 @dataclass(frozen=True)
@@ -184,10 +139,7 @@ class FlagTable:
         return [n for f in self.flags for n in f.names] + list(self.ignored_value) + list(self.ignored_bool)
 
 
-TABLES = {
-    "sglang": FlagTable("sglang", SGLANG_FLAGS, SGLANG_IGNORED_VALUE, SGLANG_IGNORED_BOOL),
-    "vllm": FlagTable("vllm", VLLM_FLAGS, VLLM_IGNORED_VALUE, VLLM_IGNORED_BOOL),
-}
+TABLES = {"vllm": FlagTable("vllm", VLLM_FLAGS, VLLM_IGNORED_VALUE, VLLM_IGNORED_BOOL)}
 
 
 @dataclass(frozen=True)
@@ -195,7 +147,6 @@ class ParsedFlags:
     values: Mapping[str, object]  # dest -> value, for the flags a check uses
     spelled: Mapping[str, str]  # dest -> the flag as the command wrote it
     ignored: tuple[str, ...]  # known flags a check does not need
-    unknown: tuple[str, ...]  # unknown flags skipped (only with allow_unknown)
     positionals: tuple[str, ...]
 
 
@@ -204,13 +155,12 @@ def nearest(name: str, known: Sequence[str]) -> str:
     return close[0] if close else known[0]
 
 
-def parse_flags(table: FlagTable, tokens: Sequence[str], *, allow_unknown: bool) -> ParsedFlags:
+def parse_flags(table: FlagTable, tokens: Sequence[str]) -> ParsedFlags:
     """Read ``tokens`` (everything after the program) as the engine's argparse would: ``--flag value``
     or ``--flag=value``, the last of a repeated flag winning."""
     values: dict[str, object] = {}
     spelled: dict[str, str] = {}
     ignored: list[str] = []
-    unknown: list[str] = []
     positionals: list[str] = []
     i = 0
     while i < len(tokens):
@@ -242,10 +192,5 @@ def parse_flags(table: FlagTable, tokens: Sequence[str], *, allow_unknown: bool)
         if name in CHECK_OPTIONS:
             raise PreflightError(f"{name}: is an option of workbench check, not of {table.engine}: put it before -- "
                                  "(workbench check [options] -- LAUNCH COMMAND)")
-        if not allow_unknown:
-            raise PreflightError(f"{name}: unknown {table.engine} flag (nearest: {nearest(name, table.known())}; "
-                                 "--allow-unknown skips it)")
-        unknown.append(name)
-        if not has_inline and i < len(tokens) and not tokens[i].startswith("-"):
-            i += 1  # its value, by the only rule there is without the engine's parser
-    return ParsedFlags(values, spelled, tuple(ignored), tuple(unknown), tuple(positionals))
+        raise PreflightError(f"{name}: unknown {table.engine} flag (nearest: {nearest(name, table.known())})")
+    return ParsedFlags(values, spelled, tuple(ignored), tuple(positionals))

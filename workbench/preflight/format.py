@@ -1,4 +1,4 @@
-"""A check's result as text (settings, rows, fixes, verdict) or as one JSON object."""
+"""A check's result as text (the release, settings, rows, fixes, verdict) or as one JSON object."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from dataclasses import asdict
 
 from workbench.preflight import CheckResult
 from workbench.preflight.rows import Fix, Row
-
-_ORIGINS = {"given": "given", "default": "default", "forced": "forced", "model": "model", "workbench": "workbench"}
 
 
 def _bytes(n: int) -> str:
@@ -43,44 +41,58 @@ def _row_lines(row: Row) -> list[str]:
     return lines
 
 
+def _value(value: object) -> str:
+    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def format_text(result: CheckResult) -> str:
     d = result.deployment
-    version = d.version
-    lines = [f"workbench check: {version.engine} ({d.command.program})"]
-    if version.pseudo:
-        lines.append(f"  {version.engine} is a pseudo-version: {version.pseudo}")
-    lines.append("resolved settings:")
-    for s in d.settings:
-        lines.append(f"  {s.name:<34} {str(s.value):<14} {_ORIGINS[s.origin]:<9} {s.source}")
+    lines = [f"workbench check: {result.choice.line}", f"  launch: {result.command.program} ({result.command.engine})"]
+    if result.command.wrappers:
+        lines.append(f"  read around it: {', '.join(result.command.wrappers)}")
+    if result.command.skipped:
+        lines.append(f"  set-up lines skipped: {'; '.join(result.command.skipped)}")
+    if d is not None and d.version.pseudo:
+        lines.append(f"  {d.version.engine} is a pseudo-version: {d.version.pseudo}")
+    if d is not None:
+        lines.append(f"model: {d.model.path}: {d.model.architecture}, config from {d.model.found}")
+        lines.append("resolved settings (origin: given, engine = the release's own code, read = from its source, workbench):")
+        for s in d.settings.values():
+            mark = "" if s.modelled else "  [changes no modelled buffer]"
+            given = f" (given {_value(s.given)})" if s.given is not None else ""
+            lines.append(f"  {s.name:<34} {_value(s.value):<14} {s.origin:<9} {s.source}{given}{mark}")
     if result.notes:
         lines.append("notes:")
         lines.extend(f"  {n}" for n in result.notes)
-    lines.append("rows:")
-    lines.append(f"  {'buffer':<13} {'backend':<28} {'mode':<22} {'rule / gather':<19} {'width':>14} {'first fail':>11} "
-                 f"{'outcome':<16} {'reach':>8} {'margin':>7}")
-    for row in result.rows:
-        lines.extend(_row_lines(row))
-    if not result.rows:
-        lines.append("  (none)")
-    lines.append(f"verdict: {result.verdict}")
+    if d is not None:
+        lines.append("rows:")
+        lines.append(f"  {'buffer':<13} {'backend':<28} {'mode':<22} {'rule / gather':<19} {'width':>14} {'first fail':>11} "
+                     f"{'outcome':<16} {'reach':>8} {'margin':>7}")
+        for row in result.rows:
+            lines.extend(_row_lines(row))
+        if not result.rows:
+            lines.append("  (none)")
+    lines.append(f"verdict: {result.verdict} [{result.choice.asked}]")
     return "\n".join(lines)
 
 
 def to_json(result: CheckResult) -> dict[str, object]:
     d = result.deployment
-    return {
-        "engine": d.version.engine,
-        "pseudo_version": d.version.pseudo,
-        "command": d.command.text,
-        "settings": [s.to_dict() for s in d.settings],
-        "request_table_width": d.geometry.request_table_width,
-        "launch_names": list(d.launch_names),
-        "extra": dict(d.extra),
-        "rows": [asdict(r) for r in result.rows],
-        "notes": list(result.notes),
-        "status": result.status,
-        "verdict": result.verdict,
+    out: dict[str, object] = {
+        "engine": result.choice.asked, "release": result.choice.release, "release_reason": result.choice.reason,
+        "buffer_release": result.choice.buffers, "substitutions": list(result.choice.notes),
+        "command": result.command.text, "program": result.command.program, "wrappers": list(result.command.wrappers),
+        "notes": list(result.notes), "status": result.status, "verdict": result.verdict,
     }
+    if d is not None:
+        out.update({
+            "pseudo_version": d.version.pseudo, "model": asdict(d.model),
+            "settings": [s.to_dict() for s in d.settings.values()],
+            "flags": [asdict(f) for f in d.flags], "request_table_width": d.geometry.request_table_width,
+            "launch_names": list(d.launch_names), "extra": dict(d.extra), "rows": [asdict(r) for r in result.rows],
+        })
+    return out
 
 
 def format_json(result: CheckResult) -> str:

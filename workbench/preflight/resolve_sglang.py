@@ -1,163 +1,38 @@
-"""An SGLang launch command, resolved as the engine version's argument resolution would.
+"""An SGLang launch as the release resolved it (``launch_adapters.sglang``), made into a deployment.
 
-Order matters as in the engine: the speculative shape first (NGRAM's breadth and draft count,
-EAGLE's auto parameters and topk-1 rule), then the attention backend (on Hopper fa3 only without
-speculation or with topk 1), then the page size (Ascend's default, DSA's forced 64). Every default
-is the version's, from ``data/launch_defaults.json``, with its file:lines.
+Every value the tables are sized by comes from the release's own resolution: the device, the
+speculative algorithm and its steps, topk and draft tokens (NGRAM's and EAGLE's defaults, the
+topk-1 rule), the attention backend the engine picks for the model and GPU, the page size, the
+CUDA-graph batch limit, whether graphs are on, and the context length its ``ModelConfig`` derives
+from the model's config (rope scaling, ``--context-length``). What only the running engine
+decides (whether the draft keeps KV, which allocator a page size takes) is read from its source
+(``data/launch_defaults.json``); the width generation and rules are the buffer release's data.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.analysis.reach import reach_rule
-from workbench.engines.launch import LaunchVersion, ModelInfo
+from workbench.engines.launch_adapters import ENGINE, READ, WORKBENCH, Resolution
 from workbench.model.geometry import Mode
-from workbench.preflight.command import LaunchCommand
-from workbench.preflight.deployment import (
-    DEFAULT,
-    FORCED,
-    GIVEN,
-    MODEL,
-    WORKBENCH,
-    Deployment,
-    Settings,
-    check_geometry,
-    context_source,
-    launch_data,
-    resolve_model,
-    unknown_model,
-)
-from workbench.preflight.flags import PreflightError
+from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 
+# Algorithms whose graphs the workbench models, and the graphs each captures (Mode, step).
 MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-
-
-def _value(version: LaunchVersion, name: str) -> object:
-    return version.default(name).value
-
-
-def _src(version: LaunchVersion, name: str) -> str:
-    return version.default(name).source
-
-
-def _speculative(cmd: LaunchCommand, version: LaunchVersion, model: ModelInfo, device: str,
-                 s: Settings) -> tuple[str | None, int, int, int, bool]:
-    """(algorithm, draft tokens D, steps, topk, draft keeps KV)."""
-    given = cmd.flags.values
-    raw = given.get("speculative_algorithm")
-    if raw is None:
-        for dest in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-            if dest in given:
-                s.notes.append(f"{cmd.flags.spelled[dest]} has no effect without --speculative-algorithm")
-        return None, 0, 1, 1, True
-    aliases = _value(version, "algorithm_aliases")
-    assert isinstance(aliases, dict)
-    algorithm = str(aliases.get(raw, raw))
-    if raw not in MODELLED_ALGORITHMS:
-        raise PreflightError(f"--speculative-algorithm: {raw} is not modelled by the workbench "
-                             f"(modelled: {', '.join(MODELLED_ALGORITHMS)})")
-    s.add("speculative_algorithm", algorithm, GIVEN if algorithm == raw else DEFAULT,
-          "--speculative-algorithm" if algorithm == raw else f"{raw} is {algorithm}: {_src(version, 'algorithm_aliases')}")
-    if algorithm == "NGRAM":
-        return _ngram(cmd, version, device, s)
-    return _eagle(cmd, version, model, s)
-
-
-def _ngram(cmd: LaunchCommand, version: LaunchVersion, device: str, s: Settings) -> tuple[str, int, int, int, bool]:
-    given = cmd.flags.values
-    devices = _value(version, "ngram_devices")
-    assert isinstance(devices, list)
-    if device not in devices:
-        s.notes.append(f"{version.engine} refuses NGRAM on --device {device} at start-up: 'Ngram speculative decoding "
-                       f"only supports CUDA, CPU, or XPU devices.' ({_src(version, 'ngram_devices')}); "
-                       "the rows are the tables a build that allows it would capture")
-    breadth = s.given_or("speculative_ngram_max_bfs_breadth", cmd, "speculative_ngram_max_bfs_breadth",
-                         _value(version, "ngram_max_bfs_breadth"), _src(version, "ngram_max_bfs_breadth"))
-    topk = int(str(breadth))
-    origin = FORCED if given.get("speculative_eagle_topk", topk) != topk else DEFAULT
-    s.add("speculative_eagle_topk", topk, origin, f"the BFS breadth: {_src(version, 'ngram_topk')}")
-    draft = int(str(s.given_or("speculative_num_draft_tokens", cmd, "speculative_num_draft_tokens",
-                               _value(version, "ngram_draft_tokens"), _src(version, "ngram_draft_tokens"))))
-    steps = int(str(s.given_or("speculative_num_steps", cmd, "speculative_num_steps", max(1, draft // topk),
-                               f"draft_tokens // topk: {_src(version, 'ngram_steps')}")))
-    has_kv = bool(_value(version, "ngram_draft_has_kv"))
-    s.add("draft_has_kv", has_kv, DEFAULT, _src(version, "ngram_draft_has_kv"))
-    return "NGRAM", draft, steps, topk, has_kv
-
-
-def _eagle(cmd: LaunchCommand, version: LaunchVersion, model: ModelInfo, s: Settings) -> tuple[str, int, int, int, bool]:
-    given, spelled = cmd.flags.values, cmd.flags.spelled
-    if "speculative_num_steps" not in given:
-        for dest in ("speculative_eagle_topk", "speculative_num_draft_tokens"):
-            if dest in given:
-                raise PreflightError(f"{spelled[dest]}: given without --speculative-num-steps ({version.engine} picks all "
-                                     f"three or none: {_src(version, 'eagle_auto_params')})")
-        table = _value(version, "eagle_auto_params")
-        assert isinstance(table, dict)
-        algorithm = str(cmd.flags.values["speculative_algorithm"])
-        picked = table.get(algorithm, table.get(model.architecture, table["default"]))
-        assert isinstance(picked, list)
-        steps, topk, draft = picked
-        source = f"auto for {model.architecture}: {_src(version, 'eagle_auto_params')}"
-        s.add("speculative_num_steps", steps, DEFAULT, source)
-        s.add("speculative_eagle_topk", topk, DEFAULT, source)
-    else:
-        steps = s.add("speculative_num_steps", given["speculative_num_steps"], GIVEN, spelled["speculative_num_steps"])
-        if "speculative_eagle_topk" not in given:
-            raise PreflightError(f"--speculative-eagle-topk: missing (with --speculative-num-steps {version.engine} needs it: "
-                                 f"{_src(version, 'eagle_topk1_draft_tokens')})")
-        topk = s.add("speculative_eagle_topk", given["speculative_eagle_topk"], GIVEN, spelled["speculative_eagle_topk"])
-        draft = given.get("speculative_num_draft_tokens")
-    steps_i, topk_i = int(str(steps)), int(str(topk))
-    if topk_i == 1:  # the engine sets D = steps + 1 whatever was given
-        origin = FORCED if draft is not None and draft != steps_i + 1 else DEFAULT
-        s.add("speculative_num_draft_tokens", steps_i + 1, origin, f"topk 1: steps + 1 ({_src(version, 'eagle_topk1_draft_tokens')})")
-        return "EAGLE", steps_i + 1, steps_i, 1, True
-    if draft is None:
-        raise PreflightError("--speculative-num-draft-tokens: missing (needed with --speculative-eagle-topk above 1)")
-    s.add("speculative_num_draft_tokens", draft, GIVEN, spelled["speculative_num_draft_tokens"])
-    return "EAGLE", int(str(draft)), steps_i, topk_i, True
-
-
-def _attention_backend(cmd: LaunchCommand, version: LaunchVersion, model: ModelInfo, device: str, topk: int,
-                       gpu_arch: str, s: Settings) -> str:
-    given, spelled = cmd.flags.values, cmd.flags.spelled
-    # --decode-attention-backend has priority over --attention-backend for the decode graphs
-    dest = next((d for d in ("decode_attention_backend", "attention_backend") if d in given), None)
-    if device == "npu":
-        forced = str(_value(version, "npu_attention_backend"))
-        if dest is not None and given[dest] == forced:
-            return str(s.add("attention_backend", forced, GIVEN, spelled[dest]))
-        s.add("attention_backend", forced, FORCED if dest else DEFAULT, _src(version, "npu_attention_backend"))
-        return forced
-    if dest is not None:
-        return str(s.add("attention_backend", given[dest], GIVEN, spelled[dest]))
-    if model.dsa:
-        return str(s.add("attention_backend", _value(version, "dsa_attention_backend"), DEFAULT,
-                         _src(version, "dsa_attention_backend")))
-    table = _value(version, "cuda_attention_backend")
-    assert isinstance(table, dict)
-    picked = str(table[model.attention][gpu_arch])
-    if picked in ("fa3", "trtllm_mha") and model.attention == "mha" and topk > 1:
-        picked = "flashinfer"  # fa3 / trtllm_mha are picked only without speculation or with topk 1
-    s.add("attention_backend", picked, DEFAULT, f"{model.attention} on {gpu_arch}: {_src(version, 'cuda_attention_backend')}")
-    return picked
-
-
-def _page_size(cmd: LaunchCommand, version: LaunchVersion, model: ModelInfo, device: str, s: Settings) -> int:
-    given = cmd.flags.values.get("page_size")
-    if device == "npu":
-        return int(str(s.given_or("page_size", cmd, "page_size", _value(version, "npu_page_size"), _src(version, "npu_page_size"))))
-    if device == "cuda" and model.dsa:
-        forced = int(str(_value(version, "dsa_cuda_page_size_per_kpool"))) * model.index_kpool
-        origin = FORCED if given is not None and given != forced else (GIVEN if given is not None else DEFAULT)
-        s.add("page_size", forced, origin, f"64 * index_kpool {model.index_kpool}: {_src(version, 'dsa_cuda_page_size_per_kpool')}")
-        return forced
-    return int(str(s.given_or("page_size", cmd, "page_size", _value(version, "cuda_page_size"), _src(version, "cuda_page_size"))))
+# The engine's settings the deployment is built from (a flag writing one of them is "modelled").
+READS = {
+    "model_path", "device", "context_length", "page_size", "attention_backend", "decode_attention_backend",
+    "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "speculative_ngram_max_bfs_breadth", "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "cuda_graph_bs",
+    "cuda_graph_bs_decode", "cuda_graph_config", "disable_cuda_graph", "cuda_graph_backend_decode",
+    "disable_overlap_schedule", "kv_cache_dtype", "model_config.context_len",
+}
 
 
 def _modes(algorithm: str | None, steps: int) -> tuple[tuple[Mode, int], ...]:
     """The graphs the deployment captures: decode without speculation; verify for NGRAM; verify,
-    the drafter's last (widest) step and draft-extend for EAGLE."""
+    the drafter's last (widest) step and draft-extend for the EAGLE family."""
     if algorithm is None:
         return ((Mode.DECODE, 0),)
     if algorithm == "NGRAM":
@@ -165,51 +40,70 @@ def _modes(algorithm: str | None, steps: int) -> tuple[tuple[Mode, int], ...]:
     return ((Mode.TARGET_VERIFY, 0), (Mode.DRAFT_DECODE, steps - 1), (Mode.DRAFT_EXTEND, 0))
 
 
-def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: str | None, gpu: str,
-                   overshoot: int | None) -> Deployment:
-    data = launch_data()
-    s = Settings()
-    values = cmd.flags.values
-    model_path = values.get("model_path")
-    if not isinstance(model_path, str):
-        raise PreflightError("--model-path: missing (required: the model the server loads)")
-    keys = _value(version, "context_length_keys")
-    assert isinstance(keys, list)
-    model, preset, kv = resolve_model(model_path, model_config, data, keys, "--model-path")
-    if model is None:
-        if "context_length" not in values or not ({"attention_backend", "decode_attention_backend"} & set(values)
-                                                  or values.get("device") == "npu"):
-            raise unknown_model(model_path, "--model-path", data, ", or both --context-length and --attention-backend")
-        model = ModelInfo((model_path,), None, "unknown", "mha", False, source="not known to the workbench")
-        s.notes.append(f"{model_path!r} is not a known model: read as a dense (MHA) model without DSA, no KV budget")
-    s.add("model_path", model_path, GIVEN, cmd.flags.spelled["model_path"])
-    device = str(s.given_or("device", cmd, "device", "cuda", "auto-detected at start-up; --device npu for Ascend", WORKBENCH))
-    algorithm, draft, steps, topk, has_kv = _speculative(cmd, version, model, device, s)
-    backend = _attention_backend(cmd, version, model, device, topk, str(data.gpus[gpu]["arch"]), s)
-    page_size = _page_size(cmd, version, model, device, s)
-    context = model.context_len or (preset.context_len if preset else None)
-    if "context_length" not in values and context is None:
-        raise PreflightError(f"--context-length: missing ({model_path!r} has no preset context length; "
-                             "give --context-length or --model-config)")
-    context_len = int(str(s.given_or("context_length", cmd, "context_length", context, context_source(model, preset), MODEL)))
-    max_bs = int(str(s.given_or("cuda_graph_max_bs", cmd, "cuda_graph_max_bs", preset.max_bs if preset else 32,
-                                f"the preset's max_bs ({_src(version, 'cuda_graph_max_bs')} picks it by device memory)",
-                                WORKBENCH)))
-    spelled = cmd.flags.spelled.get("cuda_graph_max_bs")
-    named = version.defaults.get("cuda_graph_max_bs_flag")
-    if spelled is not None and named is not None and spelled != named.value:
-        s.notes.append(f"{spelled}: {version.engine} names it {named.value} ({named.source}; its argparse takes "
-                       f"{spelled} as an ambiguous abbreviation of the -decode and -prefill flags); read as {named.value}")
-    s.given_or("schedule_conservativeness", cmd, "schedule_conservativeness", _value(version, "schedule_conservativeness"),
-               _src(version, "schedule_conservativeness"))
-    width_gen = str(version.backend_fields("*").get("width_gen", "g1"))
-    s.add("width_gen", width_gen, DEFAULT, version.backend_source("*", "width_gen") or "g1: the spec's generation")
+def _decode_graph(s: Settings) -> tuple[int | None, bool]:
+    """(largest decode-graph batch, graphs on) from the release's own fields: ``cuda_graph_max_bs``
+    and ``disable_cuda_graph``, or the per-phase ``cuda_graph_config`` of the releases that have it."""
+    config = s.engine.get("cuda_graph_config")
+    disabled = bool(s.take("disable_cuda_graph"))
+    if config is not None and isinstance(config.value, dict) and isinstance(config.value.get("decode"), dict):
+        decode: dict[str, Any] = config.value["decode"]
+        s.add("cuda_graph_max_bs", decode.get("max_bs"), config.origin, f"cuda_graph_config.decode.max_bs: {config.source}")
+        return decode.get("max_bs"), not disabled and decode.get("backend") != "disabled"
+    max_bs = s.take("cuda_graph_max_bs")
+    return (int(max_bs) if isinstance(max_bs, int) else None), not disabled
+
+
+def _speculative(s: Settings, context: ResolveContext) -> tuple[str | None, int, int, int, bool]:
+    """(algorithm, draft tokens D, steps, topk, draft keeps KV) as the release resolved them."""
+    algorithm = s.take("speculative_algorithm")
+    if algorithm is None:
+        return None, 0, 1, 1, True
+    steps = int(str(s.take("speculative_num_steps") or 1))
+    topk = s.take("speculative_eagle_topk")
+    draft = int(str(s.take("speculative_num_draft_tokens") or steps + 1))
+    if algorithm == "NGRAM":
+        if topk is None:  # releases that leave it unset use the BFS breadth
+            topk = s.take("speculative_ngram_max_bfs_breadth", "speculative_eagle_topk")
+        has_kv = bool(s.read("draft_has_kv", context.version, "ngram_draft_has_kv", "NGRAM keeps no draft KV"))
+        return "NGRAM", draft, steps, int(str(topk or 1)), has_kv
+    return str(algorithm), draft, steps, int(str(topk or 1)), True
+
+
+def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
+    """The deployment the rows check, from the release's own resolution of the command."""
+    s = Settings(resolution, READS)
+    model = resolution.model
+    assert model is not None  # a resolved answer carries the model the engine loaded
+    s.take("model_path")
+    s.items["gpu"] = gpu_setting(context)
+    device = str(s.take("device") or context.gpu.platform)
+    if device == "cuda" and context.gpu.platform == "rocm":  # SGLang calls a ROCm GPU "cuda"; its backends are ROCm's
+        device = "rocm"
+    algorithm, draft, steps, topk, has_kv = _speculative(s, context)
+    backend = s.take("decode_attention_backend") or s.take("attention_backend")
+    if s.engine.get("decode_attention_backend") and s.engine["decode_attention_backend"].value is not None:
+        s.take("attention_backend")
+    page_size = int(str(s.take("page_size") or 1))
+    if "context_length" in {f.dest for f in resolution.flags}:
+        s.take("context_length")
+    context_len = int(str(s.take("model_config.context_len", "context_len")))
+    max_bs, graphs = _decode_graph(s)
+    s.take("disable_overlap_schedule")
+    width_gen = str(context.version.backend_fields("*").get("width_gen", "g1"))
+    s.add("width_gen", width_gen, READ, context.version.backend_source("*", "width_gen") or "g1")
     geometry = check_geometry(context_len=context_len, page_size=page_size, draft_tokens=draft, spec_steps=steps,
-                              spec_topk=topk, draft_has_kv=has_kv, max_bs=max_bs, width_gen=width_gen)
-    s.add("request_table_width", geometry.request_table_width, DEFAULT, f"W = ctx + extra ({width_gen}), engines.md 1.1")
-    rule = reach_rule(version).with_overshoot(overshoot)
-    s.add("overshoot", rule.overshoot, GIVEN if overshoot is not None else DEFAULT,
-          "--overshoot" if overshoot is not None else rule.sources.get("overshoot", ""))
-    graphs = not values.get("disable_cuda_graph", False)
-    return Deployment(version, cmd, model_path, model, preset, device, geometry, (backend,), _modes(algorithm, steps),
-                      graphs, rule, tuple(s.items), tuple(s.notes), kv, {"algorithm": algorithm})
+                              spec_topk=topk, draft_has_kv=has_kv, max_bs=max_bs or 1, width_gen=width_gen)
+    s.add("request_table_width", geometry.request_table_width, WORKBENCH,
+          f"W = ctx + extra under {width_gen} (the request table's width)")
+    rule = reach_rule(context.version).with_overshoot(context.overshoot)
+    source = rule.sources.get("overshoot", "")
+    s.add("overshoot", rule.overshoot, "given" if context.overshoot is not None else WORKBENCH if source.startswith("workbench")
+          else READ, "--overshoot" if context.overshoot is not None else source)
+    names: tuple[str, ...] = (str(backend),)
+    if algorithm is not None and algorithm not in MODELLED_ALGORITHMS:
+        names += (f"speculative {algorithm}",)  # no backend models its graphs: the check is undecided
+    if model.dsa:
+        s.add("dsa", True, ENGINE, f"the release's DSA predicate on {model.architecture}")
+    return Deployment(context.version, context.command, context.choice, model.path, model, device, geometry, names,
+                      _modes(algorithm, steps), graphs and max_bs is not None, rule, s.rest(resolution.flags),
+                      resolution.flags, tuple(resolution.notes), {"algorithm": algorithm})

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.engines.launch import load_launch_data
+from workbench.engines.release_choice import offered
 from workbench.preflight import CheckResult, PreflightError, check
 from workbench.preflight.format import format_text
 
-NEWEST = "newest modelled"
+NEWEST = "default (installed, else newest)"
 HELP = ("<b>Preflight.</b> Paste a launch command (SGLang's <code>python -m sglang.launch_server ...</code> or "
         "<code>vllm serve ...</code>), pick the engine version it runs, then press <i>check</i> (leaving the box "
         "checks too). Try a <code>+revert-...</code> version to see the failure the fix removed.")
@@ -28,7 +28,7 @@ def check_text(command: str, engine: str = "") -> tuple[int, str]:
     """(exit status, text) of one check, as ``workbench check`` gives them; bad input is status 2
     and its one line, never a traceback."""
     try:
-        result: CheckResult = check(command, engine=engine.strip() or None)
+        result: CheckResult = check(command, engine=engine.strip() or None, progress=None)
     except PreflightError as err:
         return 2, f"error: {err}"
     return result.status, format_text(result)
@@ -38,9 +38,9 @@ def preflight_box(command: str, engine: str = "") -> Any:
     """The text box, the version dropdown and the printed check, redrawn on every change."""
     import ipywidgets as w  # type: ignore[import-untyped]
 
-    versions = list(load_launch_data().versions)
+    versions = offered()
     if engine and engine not in versions:
-        raise PreflightError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
+        raise PreflightError(f"engine: {engine!r} is not a version a check can run (allowed: {', '.join(versions)})")
     text = w.Textarea(value=command, description="command", continuous_update=False,
                       layout=w.Layout(width="100%", height="90px"))
     version = w.Dropdown(options=[(NEWEST, "")] + [(v, v) for v in versions], value=engine, description="engine",

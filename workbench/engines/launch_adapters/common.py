@@ -137,7 +137,7 @@ def traced_setattr(cls: type, writes: Writes, skip: Callable[[types.FrameType], 
                    transform: Callable[[str, Any], Any] = lambda name, value: value) -> Iterator[None]:
     """Record every attribute write on instances of ``cls`` (``skip``: frames that are construction;
     ``transform``: what to store instead of a written value, e.g. a list that notes its appends)."""
-    original = cls.__setattr__
+    original: Any = cls.__setattr__
 
     def traced(self: Any, name: str, value: Any) -> None:
         frame = sys._getframe(1)
@@ -181,7 +181,8 @@ def one_line(error: BaseException) -> str:
 REFUSALS = (ValueError, AssertionError, NotImplementedError, RuntimeError, TypeError, KeyError)
 # Texts that say the code needed the machine it is not on (a device, a driver, a missing library).
 _CPU_SIGNS = ("stand-in", "not compiled with cuda", "torch not compiled", "no cuda gpus", "nvml", "cuda driver",
-              "found no nvidia driver", "libcuda", "is not installed", "no module named", "cannot import name")
+              "found no nvidia driver", "libcuda", "is not installed", "no module named", "cannot import name",
+              "drivers are installed", "nvidia-smi", "rocm-smi", "npu-smi", "runner stand-in")
 
 
 def is_refusal(error: BaseException, package_dir: Path) -> bool:
@@ -232,3 +233,16 @@ def recorded_renames(cls: type, method: str = "from_cli_args") -> Iterator[dict[
         yield renames
     finally:
         setattr(cls, method, original)
+
+
+def refusal_text(error: BaseException) -> str:
+    """The engine's message for a refusal: its text (``Type: text`` unless a ValueError, the usual
+    validation error), or for a bare ``assert`` the asserted source line, which is all it says."""
+    text = str(error).strip()
+    if not text:
+        import linecache
+
+        last = raising_frame(error)
+        line = linecache.getline(last.filename, last.lineno).strip() if last and last.lineno else ""
+        return f"{type(error).__name__}: {line}" if line else type(error).__name__
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"

@@ -17,6 +17,7 @@ A value nobody wrote is the field's declared default (its file and line).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -24,7 +25,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +56,12 @@ from workbench.engines.launch_adapters.common import (
     one_line,
     parser_error,
     recorded_renames,
+    refusal_text,
     short_path,
     traced_setattr,
 )
-from workbench.engines.model_lookup import Located, apply_hub_env, locate
+from workbench.engines.launch_adapters.sglang_runner import run_runner_stage
+from workbench.engines.model_lookup import ASSUMED_ABSENT, Located, answer_hub_from_cache, apply_hub_env, locate, warm_hub_client
 
 # The settings the workbench's side reads (workbench.preflight.resolve_sglang), reported whether or
 # not the command or the engine touched them.
@@ -73,36 +76,40 @@ WATCHED = (
 KV_DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
 
 
-class _RecordingList(list):  # type: ignore[type-arg]
-    """``_resolved_overrides``: notes where each ``(source, fields)`` decision was appended from."""
-
-    writes: Writes
-
-    def append(self, item: Any) -> None:
-        source, fields = item
-        site = _decision_site(sys._getframe(1), str(source).rsplit(".", 1)[-1], self.writes)
+def _stash_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
+    """``field -> "function (file:line)"`` of the last decision that declared it, for the releases
+    that record decisions as ``(source, fields)`` in ``_resolved_overrides`` instead of writing them
+    (read after the resolution: the list is the engine's own and is left as it is)."""
+    sites: dict[str, str] = {}
+    for source, fields in getattr(server_args, "_resolved_overrides", None) or ():
+        # "module.function", "Class.method" or "function.detail": the innermost part that is a def
+        function = next((part for part in reversed(str(source).split(".")) if part in defs), None)
+        site = f"{source} ({defs[function]})" if function else str(source)
         for name in fields:
-            self.writes.where[name] = site
-        function = site.split(" (", 1)[0]
-        if function not in self.writes.functions:
-            self.writes.functions.append(function)
-        super().append(item)
+            sites[name] = site
+    return sites
 
 
-def _decision_site(start: types.FrameType, name: str, writes: Writes) -> str:
-    """``function (file:line)`` of the decision named ``name``: the innermost frame of that function
-    above ``start``, or, for a post-process pass that has returned by then, the pass function its
-    caller holds (``fn``) at its definition."""
-    current: types.FrameType | None = start
-    while current is not None:
-        if current.f_code.co_name == name:
-            return writes.location(current) or name
-        candidate = current.f_locals.get("fn")
-        code = getattr(candidate, "__code__", None)
-        if code is not None and getattr(candidate, "__name__", "") == name:
-            return f"{name} ({short_path(code.co_filename, writes.package_dir)}:{code.co_firstlineno})"
-        current = current.f_back
-    return writes.location(start) or name
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+def def_lines(package_dir: Path) -> dict[str, str]:
+    """``function name -> file:line`` of every ``def`` in the engine's package, built once per engine
+    process: a decision's source names only its function. Where two modules define one name, the
+    argument resolution's own modules (server_args, arg_groups) come first, then the hardware
+    back-ends, then the rest."""
+    srt = package_dir / "srt"
+    first = [srt / "server_args.py", *sorted((srt / "arg_groups").rglob("*.py")), *sorted((srt / "hardware_backend").rglob("*.py"))]
+    files = [*first, *(p for p in sorted(srt.rglob("*.py")) if p not in set(first))]
+    found: dict[str, str] = {}
+    for path in files:
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            match = _DEF.match(line)
+            if match and match.group(1) not in found:
+                found[match.group(1)] = f"{short_path(str(path), package_dir)}:{number}"
+    return found
 
 
 class SGLangAdapter(LaunchAdapter):
@@ -112,6 +119,9 @@ class SGLangAdapter(LaunchAdapter):
         self.server_args: types.ModuleType | None = None
         self.package_dir = Path()
         self.defaults_at: dict[str, str] = {}
+        self.defs: dict[str, str] = {}
+        self.parser: argparse.ArgumentParser | None = None
+        self.load_failure = ""
 
     # ---- once per engine process -----------------------------------------------------------------
 
@@ -125,7 +135,9 @@ class SGLangAdapter(LaunchAdapter):
             self.server_args = importlib.import_module("sglang.srt.server_args")
             self._parser()
         except BaseException as error:  # noqa: BLE001 - a release whose parser cannot load says why, in one line
-            return LoadReport(f"sglang=={_version(self.package_dir)}", f"does not load: {_where(error, self.package_dir)}",
+            self.server_args = None
+            self.load_failure = f"does not load: {_where(error, self.package_dir)}"
+            return LoadReport(f"sglang=={_version(self.package_dir)}", self.load_failure,
                               "not tried (no parser)", seconds=time.perf_counter() - start)
         resolution = "loaded"
         try:
@@ -133,6 +145,9 @@ class SGLangAdapter(LaunchAdapter):
         except BaseException as error:  # noqa: BLE001
             resolution = f"model config loader does not load: {_where(error, self.package_dir)}"
         self.defaults_at = _field_lines(self.package_dir)
+        self.defs = def_lines(self.package_dir)
+        warm_hub_client()
+        answer_hub_from_cache()
         functions = ("prepare_server_args", "ServerArgs.resolve_once" if self._has_resolve_once() else "ServerArgs.__post_init__")
         return LoadReport(f"sglang=={_version(self.package_dir)}", "loaded", resolution, functions,
                           seconds=time.perf_counter() - start)
@@ -141,10 +156,36 @@ class SGLangAdapter(LaunchAdapter):
         return describe(self._parser())
 
     def _parser(self) -> argparse.ArgumentParser:
+        """The release's parser, as its entry point builds it (once: parsing leaves it unchanged)."""
         assert self.server_args is not None
-        parser = argparse.ArgumentParser(prog="sglang serve")
-        self.server_args.ServerArgs.add_cli_args(parser)
-        return parser
+        if self.parser is None:  # without -h: the engine's own new parser has it (see _parser_reused)
+            self.parser = argparse.ArgumentParser(prog="sglang serve", add_help=False)
+            self.server_args.ServerArgs.add_cli_args(self.parser)
+        return self.parser
+
+    @contextlib.contextmanager
+    def _parser_reused(self, request: LaunchRequest) -> Iterator[None]:
+        """While open, the engine's entry point fills its new parser from the one built at load
+        (argparse's own ``parents`` mechanism: the same actions and defaults), instead of
+        declaring its 500 options again. Not when the command sets SGLang variables: the
+        release reads some while declaring its options (choices that depend on them)."""
+        assert self.server_args is not None
+        cls = self.server_args.ServerArgs
+        original = cls.__dict__.get("add_cli_args")
+        built = self._parser()
+        if not isinstance(original, staticmethod) or any(k.startswith("SGLANG") for k in request.env):
+            yield
+            return
+
+        def add_cli_args(parser: argparse.ArgumentParser) -> None:
+            parser._add_container_actions(built)
+            parser._defaults.update(built._defaults)
+
+        cls.add_cli_args = staticmethod(add_cli_args)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            cls.add_cli_args = original
 
     def _has_resolve_once(self) -> bool:
         assert self.server_args is not None
@@ -158,6 +199,9 @@ class SGLangAdapter(LaunchAdapter):
     # ---- once per request (a forked child) -------------------------------------------------------
 
     def resolve(self, request: LaunchRequest) -> Resolution:
+        if self.server_args is None:
+            return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s parser cannot be loaded on a CPU: "
+                                                          f"{self.load_failure}")
         os.environ.update(request.env)
         apply_hub_env(request.lookup_env)
         times: dict[str, float] = {}
@@ -194,25 +238,36 @@ class SGLangAdapter(LaunchAdapter):
         writes = Writes(self.package_dir)
         cls = self.server_args.ServerArgs
         try:
-            with traced_setattr(cls, writes, _is_construction, _record_stash(writes)), recorded_renames(cls) as renames:
+            with traced_setattr(cls, writes, _is_construction), recorded_renames(cls) as renames, \
+                    self._parser_reused(request):
                 server_args = self.server_args.prepare_server_args(engine_argv)
                 if self._has_resolve_once():
                     server_args.resolve_once()
                 times["resolve"] = time.perf_counter() - start
                 model_config = self._model_config(server_args)
                 draft_config = self._model_config(server_args, draft) if draft is not None and not draft.missing else None
+                runner_settings, runner_notes = run_runner_stage(server_args, _resolved(server_args), model_config,
+                                                                 self.package_dir)
         except BaseException as error:  # noqa: BLE001 - the engine's refusal, or what a CPU cannot run
             return self._stopped(request, flags, error, model, draft, times)
         times["model_config"] = time.perf_counter() - start - times["resolve"]
+        for name, site in _stash_sites(server_args, self.defs).items():
+            writes.where[name] = site
+            if site.split(" (", 1)[0] not in writes.functions:
+                writes.functions.append(site.split(" (", 1)[0])
         flags = [dataclasses.replace(f, dest=renames.get(f.dest, f.dest)) for f in flags]
         namespace = {renames.get(k, k): v for k, v in namespace.items()}
         settings = self._settings(server_args, flags, namespace, writes, model)
+        settings.update(runner_settings)
         context = getattr(model_config, "context_len", None)
         settings["model_config.context_len"] = Setting(
             context, ENGINE, f"ModelConfig.context_len ({self._context_source()}) from {model.found}")
         facts = _facts(model, model_config, server_args, draft_facts=_facts(draft, draft_config, server_args)
                        if draft is not None and draft_config is not None else None)
         notes = [f"{draft.missing} (the draft model's own config was not read)"] if draft is not None and draft.missing else []
+        notes += runner_notes
+        notes += [f"{name}: not in the Hugging Face cache, taken as absent from the model's repository (the engine "
+                  "asked the hub about it)" for name in dict.fromkeys(ASSUMED_ABSENT)]
         return Resolution(request.engine, RESOLVED, flags=tuple(flags), settings=settings, model=facts,
                           notes=tuple(notes), functions=tuple(writes.functions), seconds=times)
 
@@ -261,26 +316,20 @@ class SGLangAdapter(LaunchAdapter):
                  draft: Located | None, times: dict[str, float]) -> Resolution:
         if draft is not None and draft.missing and draft.name in str(error):
             return Resolution(request.engine, UNDECIDED, draft.missing, flags=tuple(flags), seconds=times)
-        if isinstance(error, OSError) and model.name in str(error):
-            return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: the engine could not read its config "
-                                                         f"({one_line(error)})", flags=tuple(flags), seconds=times)
+        if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError)) or \
+                type(error).__name__ in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "EntryNotFoundError"):
+            # the engine asked for a file of the model the cache does not hold (remote code, a
+            # tokenizer): offline, that is not the engine refusing, it is a file to give
+            return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: the engine needs a file of the model "
+                                                         f"that is not on this machine ({one_line(error)[:300]}); put the "
+                                                         "model's files into the Hugging Face cache, or give --model-config",
+                              flags=tuple(flags), seconds=times)
         frame = engine_frame(error, self.package_dir)
         where = f"{frame.name} ({short_path(frame.filename, self.package_dir)}:{frame.lineno})" if frame else "?"
         if is_refusal(error, self.package_dir):
-            text = str(error).strip() or type(error).__name__
-            return Resolution(request.engine, REJECTED, text, where, flags=tuple(flags), seconds=times)
+            return Resolution(request.engine, REJECTED, refusal_text(error), where, flags=tuple(flags), seconds=times)
         return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s resolution cannot run on a CPU: {one_line(error)} "
                                                       f"in {where}", flags=tuple(flags), seconds=times)
-
-
-def _record_stash(writes: Writes) -> Callable[[str, Any], Any]:
-    def transform(name: str, value: Any) -> Any:
-        if name == "_resolved_overrides" and isinstance(value, list) and not isinstance(value, _RecordingList):
-            stash = _RecordingList(value)
-            stash.writes = writes
-            return stash
-        return value
-    return transform
 
 
 def _is_construction(frame: types.FrameType) -> bool:

@@ -1,0 +1,69 @@
+"""Check every real launch command of a data set and time each check (the preflight's benchmark).
+
+    PYTHONPATH=. python scripts/check_launch_commands.py [tests/data/launch_commands.jsonl] [--engine sglang]
+        [--repeat N] [--json OUT.json]
+
+The model configs are read from the data set's Hugging Face cache (``HF_HUB_CACHE`` defaults to
+``tests/data/hf_cache/hub``). Each command is checked under the release its source names, else
+the default, else (when that release's parser refuses it) the newest release taking its options
+(``workbench.preflight.batch``). Prints one line per command, the counts by exit status, and the
+time of each check: the first of each release includes starting its engine process; ``--repeat N``
+checks every command N more times and reports the median of those (the engine processes warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="?", default=str(ROOT / "tests" / "data" / "launch_commands.jsonl"))
+    parser.add_argument("--engine", help="only the records of this engine (sglang, vllm, vllm-ascend)")
+    parser.add_argument("--repeat", type=int, default=0, help="check every command this many more times (warm)")
+    parser.add_argument("--json", help="write the outcomes here")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_CACHE", str(ROOT / "tests" / "data" / "hf_cache" / "hub"))
+    from workbench.preflight.batch import check_all
+
+    records = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
+    if args.engine:
+        records = [r for r in records if r.get("engine") == args.engine]
+    start = time.perf_counter()
+    outcomes = check_all(records)
+    first = time.perf_counter() - start
+    warm: list[float] = []
+    for _ in range(args.repeat):
+        warm += [o.seconds for o in check_all(records)]
+    for o in outcomes:
+        refused = f"  [default: {o.refused_by_default[:100]}]" if o.refused_by_default else ""
+        print(f"{o.status}  {o.id[:58]:<58} {o.release:<22} {o.seconds:6.2f}s  {o.verdict[:150]}{refused}")
+    counts = Counter(o.status for o in outcomes)
+    answered = sum(counts[s] for s in (0, 1, 3))
+    print(f"\n{len(outcomes)} commands: {answered} answered ({100 * answered / max(len(outcomes), 1):.0f}%: "
+          f"{counts[0]} safe, {counts[1]} fail, {counts[3]} undecided), {counts[2]} refused (exit 2); "
+          f"{sum(1 for o in outcomes if o.refused_by_default)} answered under an older release than the default")
+    missing = [o for o in outcomes if o.unmodelled_flags]
+    print(f"commands with a flag missing from the resolved settings: {len(missing)}")
+    print(f"first pass {first:.1f} s (engine processes started as needed); "
+          f"per check: median {statistics.median([o.seconds for o in outcomes]):.2f} s")
+    if warm:
+        print(f"warm checks ({args.repeat} more passes, {len(warm)} checks): median {statistics.median(warm):.2f} s, "
+              f"max {max(warm):.2f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

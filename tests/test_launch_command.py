@@ -1,0 +1,92 @@
+"""Reading the shell around a launch command: wrappers, set-up lines, variables (no engine needed).
+
+Expected values are what a POSIX shell does with each line (worked by hand), not the code's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.preflight.command import PreflightError, parse_command
+
+SGLANG = "python -m sglang.launch_server"
+
+
+def test_a_bare_command_passes_its_arguments_untouched() -> None:
+    cmd = parse_command("python3 -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4")
+    assert (cmd.engine, cmd.program, cmd.argv, cmd.env) == ("sglang", SGLANG, ("--model-path", "Qwen/QwQ-32B", "--tp", "4"), {})
+
+
+@pytest.mark.parametrize("text, program, argv", [
+    ("sglang serve --model-path m", "sglang serve", ("--model-path", "m")),
+    ("/opt/venv/bin/python3.11 -u -X dev -m sglang.launch_server --model m", SGLANG, ("--model", "m")),
+    ("vllm serve org/m --max-model-len 4096", "vllm serve", ("org/m", "--max-model-len", "4096")),
+    ("python -m vllm.entrypoints.openai.api_server --model m", "python -m vllm.entrypoints.openai.api_server", ("--model", "m")),
+])
+def test_each_program_is_found_with_its_own_arguments(text: str, program: str, argv: tuple[str, ...]) -> None:
+    cmd = parse_command(text)
+    assert (cmd.program, cmd.argv) == (program, argv)
+
+
+def test_set_up_lines_exports_and_leading_assignments() -> None:
+    text = ("export SGLANG_ENABLE_SPEC_V2=True\ncd /srv && pip install sglang\n"
+            "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model m --port 30000 2>&1 | tee log.txt &")
+    cmd = parse_command(text)
+    assert cmd.argv == ("--model", "m", "--port", "30000")  # the redirection and the pipe are the shell's
+    assert cmd.env == {"SGLANG_ENABLE_SPEC_V2": "True", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert cmd.skipped == ("cd /srv", "pip install sglang")
+
+
+def test_docker_run_takes_its_env_options_and_the_command_after_the_image() -> None:
+    text = ("docker run --gpus all --shm-size 32g -p 30000:30000 -v ~/.cache/huggingface:/root/.cache/huggingface "
+            "--env HF_HOME=/cache -e SGLANG_ENABLE_SPEC_V2=1 --ipc=host lmsysorg/sglang:latest "
+            "python3 -m sglang.launch_server --model-path m --host 0.0.0.0")
+    cmd = parse_command(text)
+    assert cmd.argv == ("--model-path", "m", "--host", "0.0.0.0")
+    assert cmd.env == {"HF_HOME": "/cache", "SGLANG_ENABLE_SPEC_V2": "1"}
+    assert cmd.wrappers[0] == "docker run lmsysorg/sglang:latest"
+
+
+def test_the_vllm_image_runs_the_server_with_the_arguments_after_it() -> None:
+    cmd = parse_command("docker run --runtime nvidia --gpus all --ipc=host vllm/vllm-openai:latest --model m --tp 2")
+    assert (cmd.program, cmd.argv) == ("vllm serve", ("--model", "m", "--tp", "2"))
+
+
+@pytest.mark.parametrize("shell", ["bash -c", "bash -lc", "sh -c", "/bin/bash -l -c"])
+def test_a_shell_script_argument_is_read_as_a_script(shell: str) -> None:
+    cmd = parse_command(f"{shell} 'export A=1 && SGLANG_X=2 sglang serve --model-path m --speculative-algo EAGLE'")
+    assert cmd.argv == ("--model-path", "m", "--speculative-algo", "EAGLE")
+    assert cmd.env == {"A": "1", "SGLANG_X": "2"}
+
+
+def test_env_sudo_nohup_and_numactl_are_unwrapped() -> None:
+    cmd = parse_command("sudo -E env -u X A=1 nohup numactl --interleave=all python -m sglang.launch_server --model m")
+    assert (cmd.argv, cmd.env) == (("--model", "m"), {"A": "1"})
+
+
+def test_variables_the_command_sets_are_expanded_and_others_kept() -> None:
+    cmd = parse_command("MODEL=/models/q\nexport TP=4\npython -m sglang.launch_server --model-path ${MODEL} --tp $TP --x $UNSET")
+    assert cmd.argv == ("--model-path", "/models/q", "--tp", "4", "--x", "$UNSET")
+
+
+def test_quoted_json_comments_and_continuations() -> None:
+    text = ("vllm serve m \\\n  --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}' # MTP\n"
+            "  --port 1 \\")
+    cmd = parse_command(text)
+    assert cmd.argv == ("m", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')
+
+
+def test_a_list_of_words_is_taken_as_already_split() -> None:
+    cmd = parse_command(["python", "-m", "sglang.launch_server", "--model", "a b"])
+    assert cmd.argv == ("--model", "a b")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"),
+    ("python train.py --epochs 3", "no SGLang or vLLM launch"),
+    ("python -m sglang.launch_server --model 'unclosed", "check the quotes"),
+])
+def test_what_is_not_a_launch_is_one_line(text: str, message: str) -> None:
+    with pytest.raises(PreflightError, match=message) as info:
+        parse_command(text)
+    assert "\n" not in str(info.value)
