@@ -35,7 +35,7 @@ from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-buffers 2"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "vllm-buffers 3"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
@@ -245,19 +245,21 @@ def _parser_sections(session: Session, say: Progress) -> tuple[dict[str, Any], d
         return {"learner": LEARNER, "status": failed}, {"learner": LEARNER, "status": failed}
     load, facts = answer["load"], answer["parser"]
     entry = (load.get("functions") or ["?"])[0]
+    function = f"{entry}: the serve subcommand's parser (make_arg_parser, EngineArgs.add_cli_args)"
     parser: dict[str, Any] = {"learner": LEARNER}
     if load["parser"] == "loaded":
-        parser["status"] = lr.measured_fact("loaded", entry, 1)
-        parser["options"] = lr.measured_fact(facts["options"], f"{entry}: the serve subcommand's parser", 1)
-        parser["aliases"] = lr.measured_fact(facts["aliases"], f"{entry}: the serve subcommand's parser", 1)
-        parser["abbreviations"] = lr.measured_fact(facts["abbreviations"], f"{entry}: allow_abbrev", 1)
+        parser.update({name: lr.measured_fact(facts[name], function, 1)
+                       for name in ("options", "aliases", "abbreviations", "option_strings")})
     else:
-        parser["status"] = lr.measured_fact(None, "the release's console script (entry_points.txt)", 1,
-                                            finding=load["parser"])
+        parser["options"] = lr.measured_fact(None, "the release's console script (entry_points.txt)", 1,
+                                             finding=load["parser"])
     say(f"parser: {load['parser']}" + (f", {facts.get('options')} options" if facts else ""))
-    launch: dict[str, Any] = {"learner": LEARNER, "resolution": lr.measured_fact(
-        "loaded" if load["resolution"] == "loaded" else None, "EngineArgs.create_engine_config", 1,
-        **({} if load["resolution"] == "loaded" else {"finding": load["resolution"]}))}
+    launch: dict[str, Any] = {
+        "learner": LEARNER, "parser": lr.measured_fact(load["parser"], entry, 1),
+        "resolution": lr.measured_fact(load["resolution"], "EngineArgs.create_engine_config", 1),
+        "functions": lr.measured_fact(list(load.get("functions", [])), "the launch adapter's load", 1),
+        "gpu": {"value": "h100", "how": "read", "source": "data/gpus.json", "reason": "the stand-in GPU the reference ran on"},
+    }
     if load["resolution"] == "loaded":
         launch.update(_reference_defaults(session, say))
     return parser, launch
