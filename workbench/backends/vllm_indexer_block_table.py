@@ -225,9 +225,12 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
         a single row (the variable-length path, whose decode lengths differ): the widths, not the
         rows, decide the outcome, so the message names ``[2 + k, ...]`` where a report's batch names
         its own row count (46074: 42). Without speculation (no lookahead) every request decodes one
-        row: the native path, on which the buffer is not written."""
-        if engine not in versions():
+        row: the native path, on which the buffer is not written. A release never learned takes the
+        nearest measured release's widths (``vllm_releases.data_release``)."""
+        release = vllm_releases.data_release(engine, list(versions()))
+        if release is None:
             return None
+        engine = release
         lookahead = int(str(extra.get("lookahead", 0)))
         return self.parse({"component": self.name, "engine": engine, "max_model_len": max_model_len,
                            "block_size": block_size, "rows": 2 + lookahead, "dcp": int(str(extra.get("dcp_size", 1))),

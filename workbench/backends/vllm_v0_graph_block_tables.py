@@ -139,7 +139,20 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
                         "attention_backend"})
     scan_field = "seq_lens"
     scan_label = "seq_len"  # the search runs one request
+    launch_names = ("v0-graph-block-tables",)  # the V0 engine's model runner (preflight's resolve_vllm)
     seeds = (SEED_5563,)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> V0GraphCase | None:
+        """One request decoding through the captured graph, its length searched (``boundary``):
+        the capture length, lookahead and attention backend the release resolved."""
+        backend, capture = extra.get("attention_backend"), extra.get("max_seq_len_to_capture")
+        release = vllm_releases.data_release(engine, list(row_writes()))
+        if release is None or backend not in row_writes()[release] or capture is None:
+            return None
+        engine = release
+        return self.parse({"component": self.name, "engine": engine, "max_seq_len_to_capture": int(str(capture)),
+                           "block_size": block_size, "lookahead": int(str(extra.get("lookahead", 0))),
+                           "attention_backend": str(backend)}, boundary=True)
     boundary_rejects = ("seq_lens",)
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V0GraphCase:

@@ -196,6 +196,10 @@ def main() -> int:
     if os.fork():  # the starter reaps this one at once; the engine process, a grandchild, is nobody's zombie
         os._exit(0)
     socket_path = Path(job["socket"])
+    # Only the ready line goes to the starter: what the engine prints while it loads (vLLM logs to
+    # stdout) goes to the log, or the starter would read it in place of the ready line.
+    ready_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     engine_adapter, report, tools = _load(job)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = socket_path.with_name(socket_path.name + f".{os.getpid()}")
@@ -203,8 +207,8 @@ def main() -> int:
     listener.listen(16)
     staging.replace(socket_path)  # appears whole: a client that sees it can connect
     socket_path.with_suffix(".pid").write_text(str(os.getpid()))
-    print(json.dumps({"ready": True, **report}), flush=True)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints go to the log, not a pipe nobody reads
+    ready_out.write(json.dumps({"ready": True, **report}) + "\n")
+    ready_out.close()
     try:
         _serve(listener, engine_adapter, report, float(job["idle"]), int(job.get("owner", 0)))
     finally:

@@ -18,6 +18,8 @@ this process so that the release's own files run:
   ``platform_standins`` (``torch.cuda``); vLLM's own detection then picks its CUDA platform;
 * the compiled kernels: an op of a kernel library's namespace (``torch.ops._C.*``) that is not
   registered is a stand-in, and registering a fake (meta) implementation for it is skipped;
+* a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
+  value from one raises);
 * the model registry inspects a model class in this process (vLLM runs that in a subprocess
   of its own, which would not have these stand-ins).
 
@@ -49,7 +51,8 @@ NEVER_STOOD_IN = frozenset({
 })
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
-LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set()}
+LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set()}
+FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
 
 
 class _NvmlError(Exception):
@@ -185,6 +188,25 @@ def _kernel_ops() -> None:
     torch.library.register_fake = register_fake_if_loaded  # type: ignore[assignment]
 
 
+def _gpu_tensors_on_meta() -> None:
+    """A tensor the release creates on the GPU (``torch.zeros(..., device="cuda")``, as some of its
+    modules do at import) is a meta tensor: its shape and dtype, no data. Reading a value from one
+    raises, so nothing computed on the stand-in GPU can pass for an answer."""
+    import torch
+
+    def on_meta(name: str, factory: Any) -> Any:
+        def made(*args: Any, **kwargs: Any) -> Any:
+            device = kwargs.get("device")
+            if device is not None and str(device).startswith("cuda"):
+                kwargs["device"] = "meta"
+                LOG["meta_tensors"].add(f"torch.{name}")
+            return factory(*args, **kwargs)
+        return made
+
+    for name in FACTORIES:
+        setattr(torch, name, on_meta(name, getattr(torch, name)))
+
+
 def _environment(cache: Path) -> None:
     """Offline, quiet, and vLLM's own cache (model-class facts it saves) under the workbench's."""
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -233,6 +255,7 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     sys.meta_path.insert(0, _Finder(package_dir, gpu, last=False))
     sys.meta_path.append(_Finder(package_dir, gpu, last=True))
     _kernel_ops()
+    _gpu_tensors_on_meta()
     return tools
 
 

@@ -75,3 +75,15 @@ def source(component: str, engine: str, field: str) -> str:
 def clear() -> None:
     """Forget the cached facts (a release was just learned)."""
     learned_facts.cache_clear()
+
+
+def data_release(engine: str, measured: list[str]) -> str | None:
+    """The release whose data a launch of ``engine`` takes: its own; none when it was learned and
+    lacks the buffer; else (never learned) the nearest measured one (``releases.nearest``)."""
+    from workbench.engines import learned, releases
+
+    if engine in measured:
+        return engine
+    if learned.path(engine) is not None:
+        return None
+    return releases.nearest(measured, engine)

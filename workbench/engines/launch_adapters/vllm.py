@@ -37,6 +37,7 @@ from typing import Any
 from workbench.engines.launch_adapters import (
     ENGINE,
     GIVEN,
+    READ,
     REJECTED,
     RESOLVED,
     UNDECIDED,
@@ -313,12 +314,20 @@ class VLLMAdapter(LaunchAdapter):
                     stack.enter_context(traced_setattr(cls, written, self._is_construction))
                 engine_args = self.arg_utils.AsyncEngineArgs.from_cli_args(namespace)
                 config = engine_args.create_engine_config(**_usage_context(engine_args))
-                steps = _executor_start(config)
         except BaseException as error:  # noqa: BLE001 - the engine's refusal, or what a CPU cannot run
             return self._stopped(request, flags, error, model, times)
+        started: list[str] = []
+        try:
+            started = _executor_start(config, writes.setdefault(type(config.cache_config), Writes(self.package_dir)))
+        except Exception as error:  # noqa: BLE001 - the configured block size stands, and the note says why
+            started_note = f"the attention backends' block size was not resolved on a CPU ({_where(error, self.package_dir)}); " \
+                           "the configured block size is used"
+        else:
+            started_note = ""
         times["resolve"] = time.perf_counter() - start
         by_name = {cls.__name__: written for cls, written in writes.items()}
         settings = _settings(config, flags, by_name)
+        settings.update(_derived(config, self.package_dir))
         from workbench.engines import vllm_loader
 
         stood = vllm_loader.stood_in()
@@ -326,7 +335,9 @@ class VLLMAdapter(LaunchAdapter):
                  f"{len(stood['ops'])} compiled kernel ops were looked up, none ran"] if stood["ops"] else []
         if self.in_process_inspection:
             notes.append("the model registry inspected the model class in this process (vLLM runs that in a subprocess)")
-        functions = tuple(dict.fromkeys([*(f for written in writes.values() for f in written.functions), *steps]))
+        functions = tuple(dict.fromkeys([*(f for written in writes.values() for f in written.functions), *started]))
+        if started_note:
+            notes.append(started_note)
         return Resolution(request.engine, RESOLVED, flags=tuple(flags), settings=settings,
                           model=_facts(model, config), notes=tuple(notes), functions=functions, seconds=times)
 
@@ -397,16 +408,111 @@ def _usage_context(engine_args: Any) -> dict[str, Any]:
     return {"usage_context": usage.UsageContext.OPENAI_API_SERVER}
 
 
-def _executor_start(config: Any) -> list[str]:
+def _executor_start(config: Any, writes: Writes) -> list[str]:
     """What the executor's start-up resolves before any device work, where the release has it:
-    the block size the attention backends take (``Platform.update_block_size_for_backend``)."""
-    platforms = importlib.import_module("vllm.platforms")
-    platform = platforms.current_platform
-    update = getattr(platform, "update_block_size_for_backend", None)
-    if update is None:
+    the block size the attention backends take. ``Platform.update_block_size_for_backend`` asks
+    the model's attention layers for their backends, which exist only once the model is built; so
+    the backends are the ones the release's selector (``get_attn_backend``) picks for the model's
+    attention (and, for a DSA model, the indexer's backend), and the block size the platform's own
+    ``_preferred_block_size_for_backends`` gives for them."""
+    cache = config.cache_config
+    platform = importlib.import_module("vllm.platforms").current_platform
+    prefer = getattr(type(platform), "_preferred_block_size_for_backends", None)
+    try:
+        selector = importlib.import_module("vllm.v1.attention.selector")
+    except ModuleNotFoundError:
         return []
-    update(config)
-    return [f"{type(platform).__name__}.update_block_size_for_backend"]
+    if (getattr(cache, "user_specified_block_size", True) or not hasattr(selector, "get_attn_backend")
+            or not hasattr(type(platform), "update_block_size_for_backend")):
+        return []
+    model = config.model_config
+    dsa = getattr(getattr(model, "hf_text_config", None), "index_topk", None) is not None
+    known = {"head_size": model.get_head_size(), "dtype": model.dtype, "kv_cache_dtype": cache.cache_dtype,
+             "use_mla": bool(getattr(model, "use_mla", False)), "use_sparse": dsa, "block_size": None,
+             "num_heads": model.get_num_attention_heads(config.parallel_config)}
+    parameters = inspect.signature(selector.get_attn_backend).parameters
+    current = importlib.import_module("vllm.config").set_current_vllm_config
+    with current(config):
+        backends = [selector.get_attn_backend(**{k: v for k, v in known.items() if k in parameters})]
+    default = importlib.import_module("vllm.config.cache").CacheConfig.DEFAULT_BLOCK_SIZE
+    if prefer is not None:  # every backend of the model's layers (the indexer's too) must take the size
+        if dsa:
+            backends.append(importlib.import_module("vllm.v1.attention.backends.mla.indexer").DeepseekV32IndexerBackend)
+        size = prefer(backends, default, config)
+        function = f"{type(platform).__name__}._preferred_block_size_for_backends"
+    else:  # the releases that ask the first attention backend alone
+        with current(config):
+            size = backends[0].get_preferred_block_size(default)
+        function = f"{backends[0].__name__}.get_preferred_block_size"
+    object.__setattr__(cache, "block_size", size)
+    names = " + ".join(b.get_name() for b in backends)
+    writes.where["block_size"] = f"{function} for {names} (the executor's update_block_size_for_backend; " \
+                                 f"backends from get_attn_backend)"
+    return [function]
+
+
+def _derived(config: Any, package_dir: Path) -> dict[str, Setting]:
+    """What the engine derives from its config where the tables are concerned: the KV slots the
+    scheduler reserves past a request (its lookahead) and, for the V0 engine, the attention backend
+    its model runner selects (``vllm.attention.selector.get_attn_backend``)."""
+    out: dict[str, Setting] = {}
+    if hasattr(type(config), "num_lookahead_tokens"):
+        out["num_lookahead_tokens"] = Setting(int(config.num_lookahead_tokens), ENGINE,
+                                              f"{type(config).__name__}.num_lookahead_tokens")
+    else:
+        found = _scheduler_lookahead(config, package_dir)
+        if found is not None:
+            out["num_lookahead_tokens"] = found
+    v0 = _v0_backend(config)
+    if v0 is not None:
+        out["attention_backend"] = v0
+    return out
+
+
+def _scheduler_lookahead(config: Any, package_dir: Path) -> Setting | None:
+    """The v1 scheduler's lookahead, where it sets it inline in ``__init__`` (read there), from the
+    release's own predicates on the speculative config (``use_eagle``, ``uses_draft_model``, ``use_dflash``)."""
+    path = package_dir / "v1" / "core" / "sched" / "scheduler.py"
+    if not path.exists():
+        return None
+    lines = path.read_text(errors="replace").splitlines()
+    sites = [i + 1 for i, line in enumerate(lines) if "self.num_lookahead_tokens = " in line]
+    spec = config.speculative_config
+    if not sites:
+        return None
+    k = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0
+    value = 0
+    if spec is not None:
+        for predicate, extra in (("use_eagle", 0), ("uses_draft_model", 0), ("use_dflash", 1)):
+            check = getattr(spec, predicate, None)
+            if callable(check) and check():  # in the scheduler's order: a later rule wins
+                value = k + extra
+    return Setting(value, READ, f"vllm/v1/core/sched/scheduler.py:{sites[0]}-{sites[-1]}: set inline in Scheduler.__init__ "
+                                "(it builds the KV cache manager); the speculative config's own predicates decide")
+
+
+_V0_NAMES = {"FLASH_ATTN": "flash-attn", "FLASHINFER": "flashinfer", "XFORMERS": "xformers"}
+
+
+def _v0_backend(config: Any) -> Setting | None:
+    """The V0 model runner's attention backend, by the release's selector (V0 engine only)."""
+    envs = importlib.import_module("vllm.envs")
+    if getattr(envs, "VLLM_USE_V1", False):
+        return None
+    try:
+        selector = importlib.import_module("vllm.attention.selector")
+    except ModuleNotFoundError:
+        return None
+    model, cache, parallel = config.model_config, config.cache_config, config.parallel_config
+    known = {"num_heads": model.get_num_attention_heads(parallel), "head_size": model.get_head_size(),
+             "num_kv_heads": model.get_num_kv_heads(parallel), "sliding_window": model.get_sliding_window(),
+             "dtype": model.dtype, "kv_cache_dtype": cache.cache_dtype, "block_size": cache.block_size,
+             "is_attention_free": bool(getattr(model, "is_attention_free", False)),
+             "use_mla": bool(getattr(model, "use_mla", False))}
+    parameters = inspect.signature(selector.get_attn_backend).parameters
+    backend = selector.get_attn_backend(**{k: v for k, v in known.items() if k in parameters})
+    name = backend.get_name()
+    return Setting(_V0_NAMES.get(name, name), ENGINE, f"vllm.attention.selector.get_attn_backend: {name}")
 
 
 def _version(package_dir: Path) -> str:
