@@ -159,14 +159,19 @@ def test_states_the_engine_cannot_be_in_are_invalid(change: dict[str, object], r
 
 
 @pytest.mark.parametrize(("change", "reason"), [
-    ({"engine": "vllm==0.9.9"}, "engine: 'vllm==0.9.9' is not one of vllm==0.23.0, vllm==0.33.0"),
     ({"block_size": 0}, "block_size: 0 is out of range (allowed: 1 or more)"),
-    ({"indexer_path": "fast"}, "indexer_path: 'fast' is not one of variable, uniform"),
+    ({"indexer_path": "fast"}, "indexer_path: 'fast' is not one of variable, uniform, native"),
     ({"page_size": 64}, "page_size: unknown field (allowed: block_size, component, dcp, engine, indexer_path, "
                         "max_model_len, rows, table_max_model_len)"),
 ])
 def test_bad_fields_give_one_line_reasons(change: dict[str, object], reason: str) -> None:
     assert probe_record({**SEED_46074, **change}, "cpu") == {"outcome": "invalid", "error": reason}
+
+
+def test_an_engine_without_data_names_the_releases_that_have_it() -> None:
+    error = str(probe_record({**SEED_46074, "engine": "vllm==0.9.9"}, "cpu")["error"])
+    assert error.startswith("engine: 'vllm==0.9.9' is not one of vllm==") and "vllm==0.23.0" in error
+    assert "\n" not in error
 
 
 @pytest.mark.parametrize("engine", ["vllm==0.23.0", "vllm==0.33.0"])

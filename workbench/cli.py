@@ -109,17 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--triton", action="store_true", default=None,
                       help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
+    _add_engines_flags(sub.add_parser("engines", help="engine releases: list them, learn one from its own code"))
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
-    engines = sub.add_parser("engines", help="the engine processes that read launch commands, and what each release loads",
-                             epilog="stop: stop every engine process; running: list them; learn-launch: load releases "
-                                    "and record their parser and resolution (data/engines/NAME/VERSION.json); "
-                                    "launch-table: print the README's table of releases from those records")
-    engines.add_argument("action", choices=("stop", "running", "learn-launch", "launch-table"))
-    engines.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
-                                          "(default sglang)")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -128,6 +122,43 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--executor", default="process", help="where the verified search runs (default process)")
     bench.add_argument("--workers", type=int, help="processes (default: every core)")
     return parser
+
+
+def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
+    what = engines.add_subparsers(dest="engines_command", required=True, parser_class=_Parser)
+    learn = what.add_parser("learn", help="learn a release from its own code into NAME/VERSION.json (resumable)")
+    learn.add_argument("engine", nargs="?", help="NAME==VERSION, e.g. sglang==0.5.21")
+    learn.add_argument("--all", dest="all_of", metavar="NAME", help="every listed release of engine NAME")
+    learn.add_argument("--out", help="folder of the learned files (default: the workbench's cache, "
+                                     "${WORKBENCH_CACHE:-~/.cache/workbench}/learned; data/engines writes the shipped ones)")
+    listed = what.add_parser("releases", help="every listed release of an engine, and which are learned")
+    listed.add_argument("name", nargs="?", help="the engine (default: every engine)")
+    listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
+    what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
+    what.add_parser("running", help="list the engine processes")
+    for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
+                         ("launch-table", "print the README's table of releases from those records")):
+        made = what.add_parser(action, help=text)
+        made.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
+                                           "(default sglang)")
+
+
+def _engines(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.engines_command in ("stop", "running", "learn-launch", "launch-table"):
+        return _engine_processes(args.engines_command, getattr(args, "engine", None), out)
+    if args.engines_command == "learn":
+        from workbench.engines.learn import main as learn
+
+        return learn(args.engine, args.all_of, args.out, out)
+    from workbench.engines import learned, releases
+
+    if args.refresh:
+        releases.refresh()
+    for name in [args.name] if args.name else releases.ENGINES:
+        have = set(learned.learned_releases(name))
+        for engine in releases.releases(name):
+            out.write(f"{engine:<32} {'learned' if engine in have else '-'}\n")
+    return 0
 
 
 _GRID_LISTS = {"components": str, "context_lens": int, "page_sizes": int, "draft_tokens": int, "rules": str,
@@ -393,20 +424,20 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     return status
 
 
-def _engines(args: argparse.Namespace, out: IO[str]) -> int:
+def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
     from workbench.engines import launch_learn, launch_service, releases
 
-    if args.action == "stop":
+    if action == "stop":
         stopped = launch_service.stop_all()
         out.write(f"stopped {len(stopped)} engine process{'es' if len(stopped) != 1 else ''}"
                   + (f": {', '.join(stopped)}" if stopped else "") + "\n")
         return 0
-    if args.action == "running":
+    if action == "running":
         out.writelines(f"{path.stem}\n" for path in launch_service.running())
         return 0
-    asked = _str_list(args.engine or "sglang")
+    asked = _str_list(engine or "sglang")
     engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
-    if args.action == "launch-table":
+    if action == "launch-table":
         out.write(launch_learn.table(engines) + "\n")
         return 0
     for engine in engines:

@@ -26,7 +26,7 @@ DCP: both widths divide by the context-parallel size in the two releases read (0
 both), so the DCP report 48404 (a buffer divided, a table not) is not a state these versions reach:
 ``dcp`` here divides both.
 
-Two fill paths (``_prepare_decode_tensors``):
+Three paths through ``_prepare_decode_tensors``:
 
 * variable decode lengths: ``buf[:n] = torch.repeat_interleave(block_table, decode_lens, dim=0)``
   (0.23.0 427-431). The source rows are T wide, the destination B: torch's expand error when T != B.
@@ -54,12 +54,12 @@ from workbench.backends.case_backend import (
     int_field,
     reject_unknown,
 )
-from workbench.engines.versions import load_versions
+from workbench.engines import vllm_releases
 from workbench.model.geometry import cdiv
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 NAME = "vllm-indexer-block-table"
-PATHS = ("variable", "uniform")
+PATHS = ("variable", "uniform", "native")
 ALIGN_TOKENS = 128  # the token alignment TRT-LLM's kernels ask of the block table (PR 39324)
 MAX_ROWS = 65536  # more expanded rows than any max_num_batched_tokens a probe needs
 NEXT_N = 2  # query rows per request on the uniform path: MTP with one draft token (GLM-5.2's recipe)
@@ -98,22 +98,21 @@ ALIGNMENTS = {"none": align_none, "128-div-block-size": align_128_div_block_size
 
 @dataclass(frozen=True)
 class IndexerVersion:
-    """What one release does, read from ``data/engines.json`` (each value with its file and line)."""
+    """What one release does: measured from its own code (its learned file), else read by hand
+    (``data/engines.json``, each value with its file and line): ``workbench.engines.vllm_releases``."""
 
     table_alignment: str  # a key of ALIGNMENTS
     buffer_alignment: str  # a key of ALIGNMENTS, or "table": the table's own width
     table_rebuilt_when: str  # "block-sizes-change" (0.23.0) or "widths-change" (0.33.0)
 
 
+FIELDS = ("table_alignment", "buffer_alignment", "table_rebuilt_when")
+
+
 def versions() -> dict[str, IndexerVersion]:
-    """The releases ``data/engines.json`` describes for this buffer, by ``vllm==X``."""
-    found = {}
-    for engine, version in load_versions().items():
-        fields = version.fields.get(NAME)
-        if fields:
-            found[engine] = IndexerVersion(str(fields["table_alignment"]), str(fields["buffer_alignment"]),
-                                           str(fields["table_rebuilt_when"]))
-    return found
+    """Every release with this buffer whose widths are known, by ``vllm==X``, oldest first."""
+    return {engine: IndexerVersion(str(v["table_alignment"]), str(v["buffer_alignment"]), str(v["table_rebuilt_when"]))
+            for engine, v in vllm_releases.values(NAME, FIELDS).items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +151,8 @@ def decode_lens(rows: int, path: str) -> list[int]:
     were cut short (1 row) among requests of 2, e.g. 42 -> [1, 2 x 20, 1], 5 -> [1, 2, 2]."""
     if path == "uniform":
         return [NEXT_N] * (rows // NEXT_N)
+    if path == "native":
+        return [1] * rows
     rest = rows - 1
     return [1] + [2] * (rest // 2) + [1] * (rest % 2)
 
@@ -223,12 +224,17 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
         """A decode step of two requests, one with its lookahead's query rows (``1 + k``) and one with
         a single row (the variable-length path, whose decode lengths differ): the widths, not the
         rows, decide the outcome, so the message names ``[2 + k, ...]`` where a report's batch names
-        its own row count (46074: 42)."""
-        if engine not in versions():
+        its own row count (46074: 42). Without speculation (no lookahead) every request decodes one
+        row: the native path, on which the buffer is not written. A release never learned takes the
+        nearest measured release's widths (``vllm_releases.data_release``)."""
+        release = vllm_releases.data_release(engine, list(versions()))
+        if release is None:
             return None
-        rows = 2 + int(str(extra.get("lookahead", 0)))
+        engine = release
+        lookahead = int(str(extra.get("lookahead", 0)))
         return self.parse({"component": self.name, "engine": engine, "max_model_len": max_model_len,
-                           "block_size": block_size, "rows": rows, "dcp": int(str(extra.get("dcp_size", 1)))})
+                           "block_size": block_size, "rows": 2 + lookahead, "dcp": int(str(extra.get("dcp_size", 1))),
+                           "indexer_path": "variable" if lookahead else "native"})
     seeds = (SEED_46074,)
     boundary_rejects = ("table_max_model_len",)
 
@@ -261,13 +267,19 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
         problem = self.case_problem(case)
         if problem:
             return invalid(problem)
-        version = versions()[case.engine]
+        return self.probe_with(case, versions()[case.engine], device)
+
+    def probe_with(self, case: IndexerCase, version: IndexerVersion, device: torch.device | str = "cpu") -> ProbeResult:
+        """The step under the widths of ``version`` (conformance measures a release against it
+        before its data is written)."""
         t_width, b_width = table_width(case, version), buffer_width(case, version)
         lens = decode_lens(case.rows, case.indexer_path)
         table = make_block_table(len(lens), t_width, device)  # (requests + 1, T) int32
         buffer = torch.zeros((case.rows, b_width), dtype=torch.int32, device=device)  # (n, B): rows past n change nothing
         result = ProbeResult(Outcome.OK, None, buffer_width=b_width, table_width=t_width,
                              device=str(torch.device(device)), path="eager")
+        if case.indexer_path == "native":  # one query row per request: the buffer is not written
+            return result
         try:
             if case.indexer_path == "variable":
                 fill_variable(buffer, table, lens)
@@ -300,6 +312,8 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
         t_width = _align_grid(version.table_alignment, blocks, case.block_size)
         b_width = t_width if version.buffer_alignment == "table" else _align_grid(
             version.buffer_alignment, blocks, case.block_size)
+        if case.indexer_path == "native":
+            return np.zeros(len(values), dtype=bool)
         if case.indexer_path == "uniform":
             return np.asarray(b_width > t_width, dtype=bool)
         return np.asarray(t_width != b_width, dtype=bool)

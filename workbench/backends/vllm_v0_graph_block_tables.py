@@ -42,7 +42,7 @@ from workbench.backends.case_backend import (
     int_list_field,
     reject_unknown,
 )
-from workbench.engines.versions import load_versions
+from workbench.engines import vllm_releases
 from workbench.model.geometry import cdiv
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
@@ -52,15 +52,24 @@ DEFAULT_CAPTURE_LEN = 8192  # ModelConfig's max_seq_len_to_capture default
 MAX_CAPTURE_LEN = 1 << 22  # a row of 4M tokens: past any model of the V0 era
 
 
+GRAPH_WIDTH = "cdiv(max_seq_len_to_capture, block_size)"  # the width rule this model has
+
+
 def row_writes() -> dict[str, Mapping[str, str]]:
-    """Per release, per attention backend: ``assign`` (the whole list) or ``truncate`` (PR 8340)."""
+    """Per release, per attention backend: ``assign`` (the whole list) or ``truncate`` (PR 8340);
+    measured from the release's own builders (its learned file), else read by hand
+    (``workbench.engines.vllm_releases``). A release whose graph table width is not this model's
+    rule is left out (a finding in its learned file)."""
     found: dict[str, Mapping[str, str]] = {}
-    for engine, version in load_versions().items():
-        fields = version.fields.get(NAME)
-        if fields:
-            value = fields["row_write"]
-            assert isinstance(value, dict)
-            found[engine] = {str(k): str(v) for k, v in value.items()}
+    for engine, facts in vllm_releases.learned_facts(NAME).items():
+        width, writes = facts.get("graph_width", {}).get("value"), facts.get("row_write", {}).get("value")
+        if width == GRAPH_WIDTH and isinstance(writes, dict):
+            kept = {str(k): str(v) for k, v in writes.items() if v is not None and k in ATTENTION_BACKENDS}
+            if kept:
+                found[engine] = kept
+    for engine, entry in vllm_releases.hand_read(NAME).items():
+        if engine not in vllm_releases.learned_facts(NAME) and isinstance(entry.get("row_write"), dict):
+            found[engine] = {str(k): str(v) for k, v in entry["row_write"].items()}
     return found
 
 
@@ -99,6 +108,16 @@ def write_rows(graph_block_tables: np.ndarray, block_tables: list[list[int]], wr
             graph_block_tables[i, : len(block_table)] = block_table
 
 
+def block_lists(held: list[int]) -> list[list[int]]:
+    """The block manager's lists for requests holding ``held`` blocks: distinct physical block
+    ids, consecutive, block 0 unused (``[2, 3]`` -> ``[[1, 2], [3, 4, 5]]``)."""
+    lists, first = [], 1
+    for blocks in held:
+        lists.append(list(range(first, first + blocks)))
+        first += blocks
+    return lists
+
+
 SEED_5563 = CaseSeed(
     name="vllm-5563",
     story="vLLM 0.6.0, block size 16, capture length 8192, 7 lookahead slots: seq_len 8186 needs a 513th block",
@@ -120,7 +139,20 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
                         "attention_backend"})
     scan_field = "seq_lens"
     scan_label = "seq_len"  # the search runs one request
+    launch_names = ("v0-graph-block-tables",)  # the V0 engine's model runner (preflight's resolve_vllm)
     seeds = (SEED_5563,)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> V0GraphCase | None:
+        """One request decoding through the captured graph, its length searched (``boundary``):
+        the capture length, lookahead and attention backend the release resolved."""
+        backend, capture = extra.get("attention_backend"), extra.get("max_seq_len_to_capture")
+        release = vllm_releases.data_release(engine, list(row_writes()))
+        if release is None or backend not in row_writes()[release] or capture is None:
+            return None
+        engine = release
+        return self.parse({"component": self.name, "engine": engine, "max_seq_len_to_capture": int(str(capture)),
+                           "block_size": block_size, "lookahead": int(str(extra.get("lookahead", 0))),
+                           "attention_backend": str(backend)}, boundary=True)
     boundary_rejects = ("seq_lens",)
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V0GraphCase:
@@ -137,6 +169,10 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
         )
 
     def case_problem(self, case: V0GraphCase) -> str | None:
+        writes = row_writes()[case.engine]
+        if case.attention_backend not in writes:
+            return (f"attention_backend: {case.attention_backend!r} has no measured row write in {case.engine} "
+                    f"(measured: {', '.join(writes)})")
         if min(case.seq_lens) < 1:
             return f"seq_lens: {min(case.seq_lens)} is below 1 (a decoding sequence holds a token)"
         return None
@@ -145,6 +181,10 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
         problem = self.case_problem(case)
         if problem:
             return invalid(problem)
+        return self.probe_with(case, row_writes()[case.engine][case.attention_backend], device)
+
+    def probe_with(self, case: V0GraphCase, write: str, device: torch.device | str = "cpu") -> ProbeResult:
+        """The step with the builder's row write ``write`` (``assign`` or ``truncate``)."""
         held = [case.blocks_held(s) for s in case.seq_lens]
         done = ProbeResult(Outcome.OK, None, buffer_width=case.graph_width, table_width=max(held),
                            reads=max(case.seq_lens), device=str(torch.device(device)), path="graph")
@@ -152,13 +192,8 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
             return dataclasses.replace(done, path="eager")
         # (batch, graph_width) int32: the rows of the runner's table this batch size replays
         graph_block_tables = np.zeros((len(case.seq_lens), case.graph_width), dtype=np.int32)
-        first = 1
-        block_tables = []  # the block manager's lists: distinct physical block ids, block 0 unused
-        for blocks in held:
-            block_tables.append(list(range(first, first + blocks)))
-            first += blocks
         try:
-            write_rows(graph_block_tables, block_tables, row_writes()[case.engine][case.attention_backend])
+            write_rows(graph_block_tables, block_lists(held), write)
         except ValueError as err:
             return dataclasses.replace(done, outcome=Outcome.SHAPE_ERROR, error=str(err))
         # A truncated row lost only lookahead blocks: the step reads seq_len <= the capture length,

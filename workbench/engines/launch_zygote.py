@@ -84,7 +84,7 @@ def _warm_up(engine_adapter: LaunchAdapter, engine: str, gpu_json: dict[str, Any
     if pid == 0:
         try:
             os.close(read_end)
-            request = LaunchRequest(engine, "warm-up", ("--model-path", str(folder)), {}, gpu_from_json(gpu_json))
+            request = LaunchRequest(engine, "warm-up", engine_adapter.warm_argv(str(folder)), {}, gpu_from_json(gpu_json))
             _resolve_in_child(engine_adapter, request)
             with os.fdopen(write_end, "w") as out:
                 out.write(json.dumps(sorted(set(sys.modules) - before)))
@@ -178,13 +178,10 @@ def _load(job: dict[str, Any]) -> tuple[LaunchAdapter, dict[str, Any], Path]:
     import torch
 
     torch.set_num_threads(1)  # a forked child must not inherit a busy thread pool
-    from workbench.engines import checks, platform_standins, standins
-
     gpu = gpu_from_json(job["gpu"])
-    tools = platform_standins.install(gpu)
-    checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job.get("extra_paths", [])])
     engine_adapter = adapter(job["engine"].split("==", 1)[0])
+    tools = engine_adapter.install(Path(job["package_dir"]), Path(job["deps"]),
+                                   [Path(p) for p in job.get("extra_paths", [])], gpu)
     loaded = engine_adapter.load(gpu)
     parser = engine_adapter.describe_parser() if loaded.parser == "loaded" else {}
     warmed = _warm_up(engine_adapter, job["engine"], job["gpu"]) if loaded.parser == "loaded" else 0
@@ -199,6 +196,10 @@ def main() -> int:
     if os.fork():  # the starter reaps this one at once; the engine process, a grandchild, is nobody's zombie
         os._exit(0)
     socket_path = Path(job["socket"])
+    # Only the ready line goes to the starter: what the engine prints while it loads (vLLM logs to
+    # stdout) goes to the log, or the starter would read it in place of the ready line.
+    ready_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     engine_adapter, report, tools = _load(job)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = socket_path.with_name(socket_path.name + f".{os.getpid()}")
@@ -206,8 +207,8 @@ def main() -> int:
     listener.listen(16)
     staging.replace(socket_path)  # appears whole: a client that sees it can connect
     socket_path.with_suffix(".pid").write_text(str(os.getpid()))
-    print(json.dumps({"ready": True, **report}), flush=True)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the engine's prints go to the log, not a pipe nobody reads
+    ready_out.write(json.dumps({"ready": True, **report}) + "\n")
+    ready_out.close()
     try:
         _serve(listener, engine_adapter, report, float(job["idle"]), int(job.get("owner", 0)))
     finally:

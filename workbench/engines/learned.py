@@ -105,6 +105,32 @@ def write_section(engine: str, name: str, content: Mapping[str, Any], *, root: P
     return target
 
 
+def is_current(engine: str, sections: tuple[str, ...], learner: str, sha256: str, *, root: Path = SHIPPED) -> bool:
+    """True when ``engine``'s file under ``root`` already holds every one of ``sections``, learned
+    by ``learner`` (each section's ``"learner"`` value, e.g. ``"sglang-buffers 3"``) from the wheel
+    whose hash is ``sha256``: a learner skips such a release (``workbench engines learn --all`` is
+    resumable)."""
+    target = shipped_path(engine, root)
+    if not target.exists():
+        return False
+    data = json.loads(target.read_text())
+    if data.get("wheel", {}).get("sha256") != sha256:
+        return False
+    found = data.get("sections", {})
+    return all(isinstance(found.get(name), dict) and found[name].get("learner") == learner for name in sections)
+
+
+def wheel_record(wheel: Path) -> dict[str, str]:
+    """What a learned file says of the wheel it was learned from: its file name and sha256."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with wheel.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": wheel.name, "sha256": digest.hexdigest()}
+
+
 def is_fact(value: object) -> bool:
     return isinstance(value, dict) and value.get("how") in HOWS and "value" in value
 

@@ -52,6 +52,29 @@ def lenient() -> None:
     _STRICT[0] = False
 
 
+# Packages whose modules may still be imported after loading (vLLM imports a model's modules only
+# when it inspects that model): while one of their files runs its module-level code, calls into
+# stand-ins stay lenient, as in import mode.
+_LAZY_PACKAGES: list[str] = []
+
+
+def lenient_while_importing(package_dir: Path) -> None:
+    _LAZY_PACKAGES.append(str(package_dir))
+
+
+def _strict_now() -> bool:
+    if not _STRICT[0]:
+        return False
+    if not _LAZY_PACKAGES:
+        return True
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_code.co_filename.startswith(tuple(_LAZY_PACKAGES)):
+            return False
+        frame = frame.f_back  # type: ignore[assignment]
+    return True
+
+
 class StandInCalled(RuntimeError):
     """A stand-in was called as a function: the engine code needs the real library."""
 
@@ -87,9 +110,10 @@ class StandInMeta(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         # Used as a decorator (``@torch_npu.something`` or ``@triton.jit``): give the function back.
-        if not _STRICT[0] and len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
+        strict_now = _strict_now()
+        if not strict_now and len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
             return Decorated(args[0], cls.__qualname__)
-        if cls.__dict__.get("_direct", False) and _STRICT[0]:
+        if cls.__dict__.get("_direct", False) and strict_now:
             # The engine really calls the missing library: whatever it computed would be made up.
             raise StandInCalled(f"{cls.__qualname__} is a stand-in (the library is not installed)")
         return super().__call__(*args, **kwargs)  # an engine class that subclasses a stand-in
@@ -110,7 +134,7 @@ class Decorated:
         return self.function(*args, **kwargs)
 
     def __getitem__(self, grid: object) -> Any:
-        if not _STRICT[0]:
+        if not _strict_now():
             return self
         raise StandInCalled(f"{self.__name__} is a {self.decorator} kernel and that library is not installed")
 
@@ -138,7 +162,7 @@ class StandInBase(metaclass=StandInMeta):
         return stand_in(f"{type(self).__qualname__}.{name}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not _STRICT[0]:
+        if not _strict_now():
             if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], StandInMeta):
                 return Decorated(args[0], type(self).__qualname__)  # ``@triton.jit(do_not_specialize=...)``
             return stand_in(f"{type(self).__qualname__}()")

@@ -11,16 +11,38 @@ shadow the project's own). The layout, under ``${WORKBENCH_CACHE:-~/.cache/workb
       torchvision/  a torchvision for the running torch, seen only by versions that need it
       ready    written last: a folder without it is an interrupted fetch and is fetched again
 
+``deps/`` and ``torchvision/`` are links into ``shared/``: releases pinning the same transformers
+and tokenizers share one install of their dependencies (``shared/deps-<hash of the pins>``), and
+every release one torchvision for the running torch, so 43 releases take 43 unpacked wheels and a
+handful of dependency folders rather than 43 copies of 300 MB. (A folder fetched before holds
+real ``deps/`` and ``torchvision/`` folders and is used as it is.)
+
+Large wheels (vLLM's is 336 MB, most of it compiled kernels no CPU loads) are kept *slim*: only
+their Python files and the package data their parser and sizing read are unpacked, and the wheel
+is deleted once unpacked (its name and sha256 stay in ``ready``). Their small dependencies are
+what the release's METADATA allows, resolved by pip, and shared by every release that resolves to
+the same versions::
+
+    vllm-0.33.0/
+      src/     the wheel's Python files, package data and dist-info
+      deps/    a link to ``shared/deps-<hash of the resolved versions>``
+      ready    the layout, the wheel's name and sha256
+
 Everything here is reused when present, so the network is needed once per version.
+``fetch(engine, progress=...)`` says what it is doing (downloading, unpacking, installing the
+dependencies) through ``progress``, one line at a time.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +55,31 @@ PINNED_FROM_WHEEL = ("transformers", "tokenizers")
 
 
 LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
+SLIM_LAYOUT = "workbench-engine-cache slim 1"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SlimFamily:
+    """An engine family whose wheels are kept slim, and what its code imports.
+
+    ``deps`` are installed at the versions the release's METADATA allows (its whole specifier,
+    ``transformers<5.21.0,>=5.16.1``), with their own dependencies (never torch: none needs it).
+    """
+
+    deps: tuple[str, ...]
+    keep_suffixes: tuple[str, ...] = (".py", ".pyi", ".json", ".jinja", ".yaml", ".yml", ".txt", ".typed")
+
+
+# vLLM's argument parser and configuration classes: pydantic dataclasses, regex patterns,
+# msgspec structs, cachetools caches, and transformers' configs (the model's config.json is read
+# with them). The rest of what its modules import (fastapi, openai, ...) gets a stand-in.
+SLIM_FAMILIES = {
+    "vllm": SlimFamily(deps=("pydantic", "regex", "msgspec", "cachetools", "transformers", "huggingface_hub",
+                             "tokenizers")),
+    "vllm-ascend": SlimFamily(deps=()),  # runs over a vLLM release's install (its own deps)
+}
 
 
 class FetchError(RuntimeError):
@@ -51,7 +98,17 @@ class EngineInstall:
 
     @property
     def package_dir(self) -> Path:
-        return self.src / self.engine.split("==")[0]
+        return self.src / self.engine.split("==")[0].replace("-", "_")
+
+    @property
+    def wheel(self) -> dict[str, str]:
+        """The wheel's file name and sha256, as ``ready`` recorded them (empty when not recorded)."""
+        ready = self.src.parent / "ready"
+        lines = ready.read_text().splitlines() if ready.exists() else []
+        if lines and lines[0] == SLIM_LAYOUT:
+            record: dict[str, str] = json.loads(lines[1])
+            return {k: record[k] for k in ("file", "sha256") if k in record}
+        return {"file": lines[1]} if len(lines) > 1 else {}
 
 
 def cache_root() -> Path:
@@ -80,18 +137,29 @@ def cached(engine: str) -> EngineInstall | None:
     name, version = split_engine(engine)
     folder = cache_root() / f"{name}-{version}"
     ready = folder / "ready"
-    if not ready.exists() or LAYOUT not in ready.read_text():
+    if not ready.exists():
+        return None
+    text = ready.read_text()
+    if name in SLIM_FAMILIES:
+        return EngineInstall(engine, folder / "src", folder / "deps") if text.startswith(SLIM_LAYOUT) else None
+    if LAYOUT not in text:
         return None
     return EngineInstall(engine, folder / "src", folder / "deps")
 
 
-def fetch(engine: str) -> EngineInstall:
-    """The cached install of ``engine``, fetched first when absent; FetchError when it cannot be."""
+def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
+    """The cached install of ``engine``, fetched first when absent; FetchError when it cannot be.
+    ``progress`` hears each step of a fetch (nothing when the install is cached)."""
     found = cached(engine)
     if found is not None:
         return found
     name, version = split_engine(engine)
+    if name in SLIM_FAMILIES:
+        return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
     folder = cache_root() / f"{name}-{version}"
+    found = _await_other_fetch(engine, folder)
+    if found is not None:
+        return found
     shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
     wheel_dir, src, deps = folder / "wheel", folder / "src", folder / "deps"
     got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), f"{name}=={version}")
@@ -100,14 +168,177 @@ def fetch(engine: str) -> EngineInstall:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
     with zipfile.ZipFile(wheels[0]) as whl:
         whl.extractall(src)
-    got = _pip("install", "--target", str(deps), *SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL))
-    if got.returncode == 0:  # a folder of its own: only the versions that need it see it
-        got = _pip("install", "--no-deps", "--target", str(folder / "torchvision"), _torchvision_for_torch())
-    if got.returncode != 0:
+    requirements = [*SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL)]
+    try:
+        shared_deps = _shared("deps", requirements, ["install", "--target", "{target}", *requirements])
+        vision = _torchvision_for_torch()  # a folder of its own: only the versions that need it see it
+        shared_vision = _shared("torchvision", [vision], ["install", "--no-deps", "--target", "{target}", vision])
+    except FetchError as error:
         raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
-                         f"torchvision): {_last_line(got.stderr)}")
+                         f"torchvision): {error}") from None
+    deps.symlink_to(shared_deps, target_is_directory=True)
+    (folder / "torchvision").symlink_to(shared_vision, target_is_directory=True)
     (folder / "ready").write_text(f"{LAYOUT}\n{wheels[0].name}\n")
     return EngineInstall(engine, src, deps)
+
+
+FETCH_UNDER_WAY_S = 900.0  # a folder changed this recently without ``ready`` is another process's fetch
+
+
+def _await_other_fetch(engine: str, folder: Path) -> EngineInstall | None:
+    """Wait while another process (another run, another checkout) is fetching ``engine`` into
+    ``folder``, rather than removing its half-made folder; its install once ready, or None when
+    nothing is under way (a folder untouched for ``FETCH_UNDER_WAY_S`` is an interrupted fetch)."""
+    import time
+
+    def last_change() -> float:
+        try:
+            return max(p.stat().st_mtime for p in (folder, *folder.iterdir()))
+        except (FileNotFoundError, ValueError):
+            return 0.0
+    while time.time() - last_change() < FETCH_UNDER_WAY_S:
+        time.sleep(5)
+        found = cached(engine)
+        if found is not None:
+            return found
+    return None
+
+
+def _shared(kind: str, requirements: list[str], pip_args: list[str]) -> Path:
+    """``shared/<kind>-<hash of requirements>``, installed by ``pip_args`` (``{target}`` is the
+    folder) when absent. Installed into a folder of its own first and then renamed, so two
+    fetches at once, or an interrupted one, never leave a half install under the final name."""
+    import hashlib
+
+    key = hashlib.sha256("\n".join([sys.version.split()[0], *sorted(requirements)]).encode()).hexdigest()[:12]
+    final = cache_root() / "shared" / f"{kind}-{key}"
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(f"{final.name}.part-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    got = _pip(*[str(partial) if arg == "{target}" else arg for arg in pip_args])
+    if got.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(_last_line(got.stderr))
+    (partial / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    try:
+        partial.rename(final)
+    except OSError:  # another fetch finished the same install first
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
+
+def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineInstall:
+    """Download the wheel, unpack its Python files and package data, delete it, and install (or
+    reuse) the small dependencies its METADATA allows."""
+    name, version = split_engine(engine)
+    folder = cache_root() / f"{name}-{version}"
+    found = _await_other_fetch(engine, folder)
+    if found is not None:
+        return found
+    shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
+    wheel_dir, src = folder / "wheel", folder / "src"
+    progress(f"{engine}: downloading the wheel from the package index (pip download --no-deps)")
+    got = _pip_streamed(progress, "download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), engine)
+    wheels = sorted(wheel_dir.glob("*.whl")) if wheel_dir.exists() else []
+    if got.returncode != 0 or not wheels:
+        raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
+    wheel = wheels[0]
+    record = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size}
+    kept, total, kept_bytes = _unpack_slim(wheel, src, family.keep_suffixes)
+    progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
+             f"package data; compiled kernels left out), wheel deleted")
+    shutil.rmtree(wheel_dir)
+    (folder / "deps").symlink_to(_family_deps(engine, src, family, progress), target_is_directory=True)
+    (folder / "ready").write_text(f"{SLIM_LAYOUT}\n{json.dumps(record, sort_keys=True)}\n")
+    found = cached(engine)
+    assert found is not None
+    return found
+
+
+def _unpack_slim(wheel: Path, src: Path, suffixes: tuple[str, ...]) -> tuple[int, int, int]:
+    """Unpack the members of ``wheel`` ending in ``suffixes`` and its dist-info; (kept, total, bytes)."""
+    with zipfile.ZipFile(wheel) as whl:
+        members = whl.infolist()
+        keep = [m for m in members if not m.is_dir() and (m.filename.endswith(suffixes) or ".dist-info/" in m.filename)
+                and not m.filename.endswith("/RECORD")]
+        for member in keep:
+            whl.extract(member, src)
+    return len(keep), len(members), sum(m.file_size for m in keep)
+
+
+def _family_deps(engine: str, src: Path, family: SlimFamily, progress: Progress) -> Path:
+    """The shared folder of the small dependencies ``engine`` resolves to, installed when absent.
+
+    The wheel's own specifiers are resolved (``pip install --dry-run --report``) and the folder is
+    named by the resolved versions, so releases that resolve alike share one folder."""
+    wanted = _specifiers(src, family.deps)
+    if not wanted:  # nothing to install (vllm-ascend loads over a vLLM install)
+        empty = cache_root() / "shared" / "deps-none"
+        empty.mkdir(parents=True, exist_ok=True)
+        return empty
+    progress(f"{engine}: resolving its small dependencies ({', '.join(wanted)})")
+    resolved = _resolve(wanted)
+    if resolved is None:
+        raise FetchError(f"cannot resolve the small dependencies of {engine} ({', '.join(wanted)})")
+    progress(f"{engine}: {len(resolved)} packages (installed once into the cache's shared/ folder, "
+             "for every release that resolves alike)")
+    try:
+        return _shared("deps", resolved, ["install", "--no-deps", "--target", "{target}", *resolved])
+    except FetchError as error:
+        raise FetchError(f"cannot install the small dependencies of {engine}: {error}") from None
+
+
+def _specifiers(src: Path, names: tuple[str, ...]) -> list[str]:
+    """Each of ``names`` with the specifier the wheel's METADATA gives it (``name`` alone when
+    none), in the order of ``names``; markers are dropped (this is one platform)."""
+    wanted = {name.lower().replace("_", "-"): name for name in names}
+    found = dict.fromkeys(names, "")
+    for metadata in src.glob("*.dist-info/METADATA"):
+        for line in metadata.read_text(errors="replace").splitlines():
+            if not line.startswith("Requires-Dist:") or "extra ==" in line:
+                continue
+            requirement = line.split(":", 1)[1].split(";")[0].strip()
+            bare = requirement.split("[")[0]
+            cut = min((i for i, ch in enumerate(bare) if ch in "<>=!~ ("), default=len(bare))
+            key = bare[:cut].strip().lower().replace("_", "-")
+            if key in wanted:
+                found[wanted[key]] = bare[cut:].strip(" ()").replace(" ", "")
+    return [f"{name}{spec}" for name, spec in found.items()]
+
+
+def _resolve(requirements: list[str]) -> list[str] | None:
+    """``name==version`` of every package ``requirements`` install, with their dependencies,
+    as pip resolves them on this platform (torch and numpy excluded: the running ones are used)."""
+    got = _pip("install", "--dry-run", "--ignore-installed", "--report", "-", *requirements)
+    if got.returncode != 0:
+        return None
+    report = json.loads(got.stdout[got.stdout.index("{"):])
+    pins = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report.get("install", [])}
+    return sorted(f"{n}=={v}" for n, v in pins.items() if n not in ("torch", "numpy"))
+
+
+def _pip_streamed(progress: Progress, *args: str) -> subprocess.CompletedProcess[str]:
+    """pip, its lines that say what it fetches passed to ``progress`` as they come."""
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", args[0], "--progress-bar", "off", *args[1:]]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip().startswith(("Downloading", "Saved", "Successfully")):
+                progress("  " + line.strip())
+        stderr = proc.stderr.read()
+        code = proc.wait(timeout=900)
+    return subprocess.CompletedProcess(cmd, code, "".join(lines), stderr)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _torchvision_for_torch() -> str:

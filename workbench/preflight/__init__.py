@@ -188,9 +188,7 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     if model_config is not None and not os.path.isfile(model_config):
         raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
     if parsed.engine not in ADAPTERS:
-        from workbench.preflight.resolve_vllm import legacy_check
-
-        return legacy_check(parsed, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device)
+        raise PreflightError(f"command: {parsed.engine} has no launch adapter on this checkout (have: {', '.join(ADAPTERS)})")
     try:
         choice = release_choice.choose(parsed.engine, engine)
     except ValueError as err:

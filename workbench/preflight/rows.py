@@ -190,8 +190,11 @@ def _launched_case_backends(deployment: Deployment) -> list[backends.CaseBackend
 def case_rows(deployment: Deployment, device: str) -> list[Row]:
     """The backends that bring their own case (vLLM's): the step every run of the deployment replays.
 
-    Their failure does not depend on the committed length (the widths differ from the start), so a
-    failing step fails at length 1 and every run reaches it: margin ``-reach``.
+    A backend whose failure does not depend on the committed length (the indexer: the widths differ
+    from the start) fails at length 1 and every run reaches it: margin ``-reach``. One whose scanned
+    field is a request's length (V0's graph tables) is searched for its first failing length
+    (``boundary``, two probes executed); a sequence length counts the token being decoded, so the
+    committed length is one less. The row's rule names the release whose buffer data it used.
     """
     rows: list[Row] = []
     g = deployment.geometry
@@ -200,14 +203,22 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
         case = backend.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra)
         if case is None:
             continue
-        result = backend.probe(case, device)
+        if backend.scan_is_request_length:  # a request's length decides: the first failing one, searched
+            found = backend.boundary(case, device)
+            if found.first_failing is not None and found.failing is not None:  # seq_len counts the token decoded
+                result, first = found.failing, max(1, found.first_failing - 1)
+            else:
+                result, first = found.passing or backend.probe(case, device), None
+        else:
+            result = backend.probe(case, device)
+            first = 1 if result.outcome.failed else None
         if result.outcome is Outcome.INVALID:
             raise PreflightRowError(f"{backend.name}: the deployment's step is not a state it models: {result.error}")
         record = backend.record(result)
-        first = 1 if result.outcome.failed else None
         rows.append(Row(
             kind="table", backend=backend.name, buffer=backend.buffer_name, mode=Mode.DECODE.value, step_id=0,
-            rule=deployment.version.engine, rule_source="", width=_int_or_none(record.get("buffer_width")),
+            rule=str(getattr(case, "engine", deployment.version.engine)), rule_source="",
+            width=_int_or_none(record.get("buffer_width")),
             unit="blocks", first_failing=first, outcome=result.outcome.value if first else "ok",
             message=result.error if first else None, reach=where.largest_committed, margin=where.margin(first),
             reachable=where.reaches(first), bytes=None,

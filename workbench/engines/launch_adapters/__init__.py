@@ -79,8 +79,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Where each setting came from.
@@ -213,6 +214,23 @@ class LaunchAdapter(abc.ABC):
 
     engine: str
 
+    def install(self, package_dir: Path, deps: Path, extra_paths: Sequence[Path], gpu: Gpu) -> Path:
+        """Make the release importable in this process, before ``load``: by default the GPU's
+        platform stand-in, torch settled without triton, and the release's package registered bare
+        with the accelerator libraries stood in by name (``standins.install``). An engine whose
+        modules need another arrangement overrides it (vLLM: ``vllm_loader``). Returns the folder
+        of the stand-in tools (``platform_standins.install``), removed when the process ends."""
+        from workbench.engines import checks, platform_standins, standins
+
+        tools = platform_standins.install(gpu)
+        checks.settle_torch_without_triton()
+        standins.install(package_dir, deps, list(extra_paths))
+        return tools
+
+    def warm_argv(self, model_dir: str) -> tuple[str, ...]:
+        """The arguments of a warm-up command naming the model folder ``model_dir``."""
+        return ("--model-path", model_dir)
+
     @abc.abstractmethod
     def load(self, gpu: Gpu) -> LoadReport:
         """Import the parser and resolution modules once (the engine process, before any request)."""
@@ -229,6 +247,7 @@ class LaunchAdapter(abc.ABC):
 # Each engine's adapter ("module:Class"), imported only in that engine's process, and its programs.
 ADAPTERS: dict[str, str] = {
     "sglang": "workbench.engines.launch_adapters.sglang:SGLangAdapter",
+    "vllm": "workbench.engines.launch_adapters.vllm:VLLMAdapter",
 }
 
 PROGRAMS: tuple[Program, ...] = (

@@ -1,0 +1,283 @@
+"""Conformance for a vLLM release: the vLLM backends' models against the release's own functions.
+
+The release runs in a learn worker (``learn_vllm_worker``: its modules loaded once, on a stand-in
+GPU); the models run here, with the release's learned data (``buffers``: the widths' alignments,
+each backend's row write). Every function gets the same seeded states for every release
+(``random.Random(f"{seed}:{function}")``), and a state agrees when the engine and the model give
+the same answer: the same width, or the same outcome with the same error text (torch's, numpy's)
+and, where the step runs, the same rows written.
+
+Functions (each only where the release has it, ``vllm_buffers.locate``):
+
+* ``MultiGroupBlockTable`` width, against the indexer backend's ``table_width``;
+* ``DeepseekV32IndexerMetadataBuilder.__init__`` (the ``expanded_block_table_buffer`` width,
+  made through the runner's ``AttentionGroup``), against ``buffer_width``;
+* ``DeepseekV32IndexerMetadataBuilder._prepare_decode_tensors[variable]`` on a decode batch whose
+  lengths differ, against the backend's probe (the expand error, or the rows' checksum);
+* ``get_max_block_per_batch`` (V0's graph table width), against ``graph_width``;
+* each V0 attention backend's ``build`` writing a decode batch's block lists into the graph
+  table, against ``write_rows`` with the backend's learned row write.
+
+``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from workbench.backends import vllm_indexer_block_table as ib
+from workbench.backends import vllm_v0_graph_block_tables as v0
+from workbench.engines import learn_rules as lr
+from workbench.engines import wheels
+from workbench.engines.learn_session import Session
+from workbench.model.geometry import cdiv
+
+Row = dict[str, Any]
+Progress = Callable[[str], None]
+WORKER = "workbench.engines.learn_vllm_worker"
+BATCH = 64  # states per task sent to the worker
+
+
+def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, Any]]:
+    """The worker's set-ups to try, in order: the release with triton where it is cached (the
+    modules of recent releases build their kernel tables at import, as on a GPU machine), then
+    without it (early releases import parts of triton that its current release no longer has)."""
+    base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
+    triton = wheels.triton_dir()
+    return [{**base, "extra_paths": [str(triton)]}, base] if triton else [base]
+
+
+def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:
+    """A worker holding the release and what it located; RuntimeError when no set-up imports it."""
+    errors = []
+    for setup in setups(install):
+        session = Session(WORKER, setup)
+        located = session.ask({"name": "locate"})
+        if "error" not in located:
+            say("loaded" + (" with triton" if setup["extra_paths"] else " without triton"))
+            located["triton"] = bool(setup["extra_paths"])
+            return session, located
+        session.close()
+        errors.append(located["error"])
+    raise RuntimeError(f"its modules do not import on a CPU: {errors[-1]}")
+
+
+def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:
+    states = agree = 0
+    first = None
+    for state, engine, model in pairs:
+        states += 1
+        if engine == model:
+            agree += 1
+        elif first is None:
+            first = {"state": state, "engine": engine, "model": model}
+    return {"function": function, "states": states, "agree": agree, "first_disagreement": first, "skipped": None}
+
+
+def _skipped(function: str, reason: str) -> Row:
+    return {"function": function, "states": 0, "agree": 0, "first_disagreement": None, "skipped": reason}
+
+
+def _ask_all(session: Session, name: str, key: str, items: Sequence[Any]) -> list[Any]:
+    """The worker's answers for every item, asked ``BATCH`` at a time; an error answers each item."""
+    values: list[Any] = []
+    for start in range(0, len(items), BATCH):
+        answer = session.ask({"name": name, key: list(items[start:start + BATCH])})
+        chunk = answer.get("values") or [{"error": answer.get("error")}] * len(items[start:start + BATCH])
+        values.extend(chunk)
+    return values
+
+
+# ---- states ------------------------------------------------------------------------------------------
+
+
+def width_states(rng: random.Random, count: int) -> list[list[int]]:
+    """(max_model_len, block_size, dcp): block sizes vLLM takes, lengths up to 1M tokens and at
+    multiples of the 128-token alignment, widths under 40,000 blocks (the buffers are allocated)."""
+    points = []
+    for _ in range(count):
+        block = rng.choice([1, 8, 16, 32, 48, 64, 96, 128, 200, 256])
+        dcp = rng.choice([1, 1, 2, 4, 8])
+        top = min(1_048_576, 40_000 * block * dcp)
+        length = rng.randint(1, top)
+        if rng.random() < 0.4:
+            length = max(1, min(top, (length // (128 * dcp)) * 128 * dcp + rng.choice([-1, 0, 1])))
+        points.append([length, block, dcp])
+    return points
+
+
+def _version(buffers: dict[str, Any]) -> ib.IndexerVersion | None:
+    facts = buffers["backends"][ib.NAME]
+    table, buffer = facts["table_alignment"].get("value"), facts["buffer_alignment"].get("value")
+    if table is None or buffer is None:
+        return None
+    return ib.IndexerVersion(str(table), str(buffer), str(facts["table_rebuilt_when"].get("value") or "block-sizes-change"))
+
+
+def _case(state: Sequence[int], rows: int = 4) -> ib.IndexerCase:
+    return ib.IndexerCase(component=ib.NAME, engine="-", max_model_len=state[0], block_size=state[1], rows=rows, dcp=state[2])
+
+
+# ---- the rows ------------------------------------------------------------------------------------------
+
+
+def table_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+    function = "MultiGroupBlockTable (block table width)"
+    fact = buffers["backends"][ib.NAME]["table_alignment"]
+    if fact.get("how") != "measured" or fact.get("value") is None:
+        return _skipped(function, f"no measured table alignment ({fact.get('reason') or fact.get('finding')})")
+    rule = ib.ALIGNMENTS[str(fact["value"])]
+    points = width_states(random.Random(f"{seed}:{function}"), count)
+    engine = _ask_all(session, "table_width", "points", points)
+    return _row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e,
+                            rule(cdiv(p[0], p[1] * p[2]), p[1])) for p, e in zip(points, engine)))
+
+
+def indexer_width_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+    function = "DeepseekV32IndexerMetadataBuilder.__init__ (expanded_block_table_buffer width)"
+    version = _version(buffers)
+    if version is None:
+        return _skipped(function, "the release has no indexer buffer, or its widths were not measured")
+    points = width_states(random.Random(f"{seed}:{function}"), count)
+    engine = _ask_all(session, "indexer_width", "points", points)
+    return _row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e, ib.buffer_width(_case(p), version))
+                           for p, e in zip(points, engine)))
+
+
+def _model_fill(case: ib.IndexerCase, version: ib.IndexerVersion) -> dict[str, Any]:
+    """The backend's variable-length fill: the error, or the checksum of the rows it wrote."""
+    import torch
+
+    t_width, b_width = ib.table_width(case, version), ib.buffer_width(case, version)
+    lens = ib.decode_lens(case.rows, "variable")
+    table = ib.make_block_table(len(lens), t_width, "cpu")
+    buffer = torch.zeros((case.rows, b_width), dtype=torch.int32)
+    try:
+        ib.fill_variable(buffer, table, lens)
+    except RuntimeError as error:
+        return {"error": str(error), "buffer_width": b_width}
+    return {"error": None, "buffer_width": b_width, "rows_checksum": int(buffer.long().sum())}
+
+
+def indexer_fill_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+    function = "DeepseekV32IndexerMetadataBuilder._prepare_decode_tensors[variable]"
+    version = _version(buffers)
+    if version is None:
+        return _skipped(function, "the release has no indexer buffer, or its widths were not measured")
+    rng = random.Random(f"{seed}:{function}")
+    cases = [_case(p, rows=rng.randint(3, 96)) for p in width_states(rng, count)]
+    states = [{"max_model_len": c.max_model_len, "block_size": c.block_size, "dcp": c.dcp,
+               "decode_lens": ib.decode_lens(c.rows, "variable"), "table_width": ib.table_width(c, version)} for c in cases]
+    engine = _ask_all(session, "indexer_fill", "states", states)
+    return _row(function, ((s, e, _model_fill(c, version)) for s, c, e in zip(states, cases, engine)))
+
+
+def v0_width_row(session: Session, count: int, seed: int) -> Row:
+    function = "get_max_block_per_batch (graph_block_tables width)"
+    rng = random.Random(f"{seed}:{function}")
+    points = [[rng.choice([rng.randint(1, 512), rng.randint(1, 1 << 17), 8192, 8193]), rng.choice([1, 8, 16, 32, 64])]
+              for _ in range(count)]
+    engine = _ask_all(session, "v0_width", "points", points)
+    return _row(function, (({"max_seq_len_to_capture": c, "block_size": b}, e,
+                            v0.V0GraphCase(component=v0.NAME, engine="-", max_seq_len_to_capture=c, block_size=b,
+                                           lookahead=0, seq_lens=(1,)).graph_width) for (c, b), e in zip(points, engine)))
+
+
+def _v0_state(rng: random.Random) -> v0.V0GraphCase:
+    capture = rng.choice([rng.randint(8, 600), 8192])
+    block = rng.choice([1, 8, 16, 32])
+    lookahead = rng.choice([0, 1, 3, 7, rng.randint(0, 40)])
+    width = cdiv(capture, block)
+    edge = width * block - lookahead  # the longest seq_len whose blocks still fit the row
+    lens = tuple(max(1, min(capture, rng.choice([edge, edge + 1, edge - 1, rng.randint(1, capture)])))
+                 for _ in range(rng.randint(1, 4)))
+    return v0.V0GraphCase(component=v0.NAME, engine="-", max_seq_len_to_capture=capture, block_size=block,
+                          lookahead=lookahead, seq_lens=lens)
+
+
+def _v0_model(case: v0.V0GraphCase, write: str) -> dict[str, Any]:
+    held = [case.blocks_held(s) for s in case.seq_lens]
+    rows = np.zeros((len(held), case.graph_width), dtype=np.int32)
+    try:
+        v0.write_rows(rows, v0.block_lists(held), write)
+    except ValueError as error:
+        return {"error": str(error)}
+    return {"error": None, "rows": rows.tolist()}
+
+
+def _v0_engine(answer: Any) -> dict[str, Any]:
+    """The engine's build: its error, or the rows it wrote (a stand-in that stops the build after
+    the rows counts as no error: the rows are what it wrote)."""
+    if not isinstance(answer, dict) or "rows" not in answer:
+        return {"error": f"did not run: {answer}"}
+    error = answer["error"]
+    if error is None or str(error).startswith("after the rows"):
+        return {"error": None, "rows": answer["rows"]}
+    return {"error": error}
+
+
+def _v0_task(case: v0.V0GraphCase, backend: str) -> dict[str, Any]:
+    held = [case.blocks_held(s) for s in case.seq_lens]
+    return {"backend": backend, "graph_width": case.graph_width, "seq_lens": list(case.seq_lens),
+            "block_tables": v0.block_lists(held)}
+
+
+def v0_rows_row(session: Session, backend: str, write: str, count: int, seed: int) -> Row:
+    function = f"{backend} MetadataBuilder.build (graph_block_tables rows)"
+    rng = random.Random(f"{seed}:{function}")
+    cases = [c for c in (_v0_state(rng) for _ in range(count * 2)) if c.replays_graph][:count]
+    engine = _ask_all(session, "v0_rows", "states", [_v0_task(c, backend) for c in cases])
+    return _row(function, ((_v0_task(c, backend) | {"lookahead": c.lookahead}, _v0_engine(e), _v0_model(c, write))
+                           for c, e in zip(cases, engine)))
+
+
+def v0_row_write(session: Session, backend: str, where: dict[str, Any], reference: dict[str, int]) -> dict[str, Any]:
+    """Which row write (``assign`` or ``truncate``) the backend's ``build`` does, named from the
+    answers at the boundary of the 5563 deployment and of a short capture length."""
+    cases = []
+    for capture, block, lookahead in ((reference["max_seq_len_to_capture"], reference["block_size"], reference["lookahead"]),
+                                      (64, 16, 9), (100, 8, 3)):
+        edge = cdiv(capture, block) * block - lookahead
+        for lens in ((edge,), (edge + 1,), (edge + 1, 3), (max(1, edge - 5), edge + 1)):
+            cases.append(v0.V0GraphCase(component=v0.NAME, engine="-", max_seq_len_to_capture=capture, block_size=block,
+                                        lookahead=lookahead, seq_lens=tuple(min(s, capture) for s in lens)))
+    answer = session.ask({"name": "v0_rows", "states": [_v0_task(c, backend) for c in cases]})
+    if "error" in answer:
+        return lr.measured_fact(None, where["found"], 0, finding=f"the engine's code did not run: {answer['error']}")
+    engine = [_v0_engine(a) for a in answer["values"]]
+    results = {}
+    for write in ("assign", "truncate"):
+        row = _row(write, ((_v0_task(c, backend), e, _v0_model(c, write)) for c, e in zip(cases, engine)))
+        results[write] = row
+    fact = lr.name_candidate(results, function=where["found"], found=where["source"])
+    at = next((e["error"] for c, e in zip(cases, engine) if c.seq_lens == (reference["seq_len"],)), None)
+    fact["at_reference"] = {"state": reference, "error": at}
+    return fact
+
+
+def run(session: Session, buffers: dict[str, Any], states: int, *, seed: int = 0,
+        say: Progress = lambda line: None) -> list[Row]:
+    """Every conformance row of the release the session holds, ``states`` states each."""
+    located = buffers["located"]
+    rows = []
+    if located["block_table"].get("found"):
+        rows.append(table_row(session, buffers, states, seed))
+    if located["indexer"].get("found"):
+        rows.append(indexer_width_row(session, buffers, states, seed))
+        rows.append(indexer_fill_row(session, buffers, states, seed))
+    if located["v0_width"].get("found"):
+        rows.append(v0_width_row(session, states, seed))
+        writes = buffers["backends"][v0.NAME]["row_write"].get("value") or {}
+        for backend in located["v0_builders"]:
+            if backend in writes and writes[backend] is not None:
+                rows.append(v0_rows_row(session, backend, str(writes[backend]), states, seed))
+            else:
+                rows.append(_skipped(f"{backend} MetadataBuilder.build", "its row write was not learned"))
+    for row in rows:
+        say(f"conformance {row['function']}: {row['agree']} of {row['states']} agree"
+            + (f" (skipped: {row['skipped']})" if row["skipped"] else ""))
+    return rows

@@ -1,0 +1,194 @@
+"""``workbench engines learn sglang==X``: one SGLang release's buffers, measured from its own code.
+
+``learn_release`` fetches the wheel into the workbench's cache, finds each class and function in
+it by name (``locate.py``), starts one worker process that holds the release's modules
+(``learn_sglang_worker.py``) and asks it, buffer by buffer, what the engine's code gives
+(``learn_sglang_buffers.py`` says what is measured and how an answer becomes a fact). The section
+``buffers`` of ``ROOT/sglang/X.json`` then holds, for each buffer the workbench models, its rule
+or behaviour as a fact (measured, with the function and the number of states; or absent), and
+``conformance``: where each module conformance imports was found, and whether the release loads
+with torchvision. A release learned before from the same wheel by the same learner is skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
+from workbench.engines import learn_rules as lr
+from workbench.engines import learn_sglang_buffers as lb
+from workbench.engines import learned, wheels
+from workbench.engines.learn import LearnError
+from workbench.engines.learn_session import Session, SessionDied
+from workbench.engines.locate import Found, Wheel
+from workbench.engines.states import SEED_DECODE, State
+
+LEARNER = "sglang-buffers 1"  # raise when what is learned or how changes: every release is learned again
+SECTION = "buffers"
+WORKER = "workbench.engines.learn_sglang_worker"
+Progress = Callable[[str], None]
+
+
+def _reference(seed_case: dict[str, object], algorithm: str, story: str) -> State:
+    """A seed's deployment as a step state (its lengths are set per boundary)."""
+    shape = {"spec_steps": 1, "spec_topk": 1, "draft_has_kv": True, "step_id": 0, "hybrid_swa": False,
+             "width_gen": "g3", "max_bs": 1, "branch": "mirror"}
+    keys = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "draft_has_kv", "mode")
+    return {**shape, **{k: seed_case[k] for k in keys if k in seed_case}, "algorithm": algorithm, "reference": story}
+
+
+# The deployments whose first failing step each release's replay is run at: the seeds' own.
+REFERENCES: dict[str, tuple[str, State]] = {
+    "sglang-ascend-block-tables": ("AscendAttnBackend.replay[mirror]",
+                                   _reference(QWQ_NPU.before, "NGRAM", "QwQ-32B NGRAM on Ascend, ctx 32768")),
+    "sglang-dsa-page-table": ("DeepseekSparseAttnBackend.replay[target-verify]",
+                              _reference(GLM_DSA.before, "EAGLE", "GLM-5.2 EAGLE on DSA, ctx 90000")),
+}
+
+
+def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
+    say: Progress = lambda line: progress(f"{engine}: {line}")  # noqa: E731
+    say("fetching the wheel")
+    try:
+        install = wheels.fetch(engine)
+    except wheels.FetchError as error:
+        raise LearnError(str(error)) from None
+    wheel_file = next((install.src.parent / "wheel").glob("*.whl"), None)
+    if wheel_file is None:
+        raise LearnError(f"the cached install of {engine} has no wheel file in {install.src.parent / 'wheel'}")
+    wheel = learned.wheel_record(wheel_file)
+    if learned.is_current(engine, (SECTION,), LEARNER, wheel["sha256"], root=root):
+        say(f"already learned from this wheel by {LEARNER}: skipped")
+        return learned.shipped_path(engine, root)
+    located = Wheel(install.src, "sglang")
+    modules = lb.locate_modules(located)
+    with _session(install, modules, say) as (session, torchvision):
+        section = _learn(session, located, modules, say)
+    section["conformance"]["torchvision"] = lr.measured_fact(
+        torchvision, f"import of {_first_module(modules)}", 1,
+        note="whether the release's modules import only with a torchvision present (the transformers it pins)")
+    return learned.write_section(engine, SECTION, section, root=root, wheel=wheel)
+
+
+def _first_module(modules: dict[str, Found | None]) -> str:
+    return next(f.module for f in modules.values() if f is not None)
+
+
+class _Opened:
+    def __init__(self, install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> None:
+        self.install, self.modules, self.say = install, modules, say
+        self.session: Session | None = None
+
+    def __enter__(self) -> tuple[Session, bool]:
+        """A worker holding the release: without torchvision first, then with it (a release whose
+        pinned transformers registers image processors only with one); LearnError if neither loads."""
+        errors = []
+        for torchvision in (False, True):
+            setup = {"package_dir": str(self.install.package_dir), "deps": str(self.install.deps),
+                     "extra_paths": [str(self.install.torchvision)] if torchvision else [],
+                     "triton_dir": str(wheels.triton_dir()) if wheels.triton_dir() else None}
+            session = Session(WORKER, setup)
+            try:
+                answer = session.ask({"name": "load", "kind": "load", "modules": [_first_module(self.modules)]})
+            except SessionDied as error:
+                answer = {"error": str(error)}
+            if "error" not in answer:
+                self.session = session
+                self.say("loaded" + (" (with torchvision)" if torchvision else ""))
+                return session, torchvision
+            session.close()
+            errors.append(answer["error"])
+        raise LearnError(f"its modules do not import on a CPU: {errors[-1]}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.session is not None:
+            self.session.__exit__(*exc)  # type: ignore[arg-type]
+
+
+def _session(install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> _Opened:
+    if all(found is None for found in modules.values()):
+        raise LearnError("the wheel has none of the modules the workbench models (searched: "
+                         + ", ".join(names[0] for _, names in lb.MODULE_KEYS.values()) + ")")
+    return _Opened(install, modules, say)
+
+
+def _learn(session: Session, wheel: Wheel, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+    width_gen = lb.learn_width_gen(session, wheel, modules, say)
+    backends = lb.learn_table_widths(session, wheel, say)
+    _learn_dsa(session, modules, backends, say)
+    for component, (function, reference) in REFERENCES.items():
+        rule = backends[component]["rule"]["value"]
+        if rule is not None:
+            backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
+    backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say)}
+    conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "found": f.where}
+                                                    for k, f in modules.items() if f is not None}}
+    conformance.update(_learn_cuda_allocator(session, modules, say))
+    return {"learner": LEARNER, "width_gen": width_gen, "backends": backends, "conformance": conformance}
+
+
+def _learn_dsa(session: Session, modules: dict[str, Found | None], backends: dict[str, Any], say: Progress) -> None:
+    dsa = backends["sglang-dsa-page-table"]
+    rule = dsa["rule"]["value"]
+    if rule is None or modules["dsa"] is None:
+        return
+    base = {"width_gen": "g3", "dsa_rule": rule}
+    dsa["replay"] = lb.learn_behaviour(session, modules, "DeepseekSparseAttnBackend.replay[target-verify]", "replay",
+                                       {r: {**base, "dsa_replay": r, "dsa_draft_extend_rows": "draft-tokens"}
+                                        for r in ("dynamic", "static")}, say)
+    replay = dsa["replay"]["value"]
+    if replay is not None:
+        dsa["draft_extend_rows"] = lb.learn_behaviour(
+            session, modules, "DeepseekSparseAttnBackend.replay[draft-extend]", "draft_extend_rows",
+            {rows: {**base, "dsa_replay": replay, "dsa_draft_extend_rows": rows}
+             for rows in ("accept-length", "draft-tokens")}, say)
+
+
+def _on_overflow(session: Session, modules: dict[str, Found | None], component: str, function: str, rule: str,
+                 reference: State, say: Progress) -> dict[str, Any]:
+    states, first = lb.boundary_states(component, rule, reference)
+    answer = session.ask({"name": f"{component} at its boundary", "kind": "step", "function": function,
+                          "module_paths": lb.module_paths(modules), "states": states})
+    if "error" in answer:
+        return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
+    at = [{"seq_lens": s["seq_lens"], "outcome": a["outcome"], "error": a.get("error")}
+          for s, a in zip(states, answer["answers"])]
+    outcome = lb.outcome_of(answer["answers"][0], reads_past=first is not None)
+    say(f"{component}: {outcome} at {states[0]['seq_lens'][0]} ({reference['reference']})")
+    return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at)
+
+
+def _learn_npu_gather(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+    found = modules["npu_alloc"]
+    searched = " or ".join(lb.MODULE_KEYS["npu_alloc"][1])
+    if found is None:
+        return lr.absent_fact(f"no class {searched} in the wheel", searched)
+    aliases = {"npu_alloc": {"NPUPagedTokenToKVPoolAllocator": found.name}}
+    fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_decode", "gather",
+                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, aliases=aliases)
+    fact["found"] = found.where
+    fact["seed"] = SEED_DECODE["seed"]
+    return fact
+
+
+def _learn_cuda_allocator(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+    """The CUDA allocator's capacity check (before or after its kernel) and its merge bound: its
+    Triton kernels run interpreted, so only where triton is cached (``workbench conformance --triton``)."""
+    function = "PagedTokenToKVPoolAllocator.alloc_decode[triton]"
+    if modules["paged"] is None:
+        return {"cuda_gather": lr.absent_fact("no class PagedTokenToKVPoolAllocator in the wheel",
+                                              "PagedTokenToKVPoolAllocator")}
+    if wheels.triton_dir() is None:
+        return {}
+    gather = lb.learn_behaviour(session, modules, function, "cuda_gather",
+                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say)
+    if gather["value"] is None:
+        return {"cuda_gather": gather}
+    merge = lb.learn_behaviour(session, modules, "PagedTokenToKVPoolAllocator.alloc_extend[triton]", "cuda_merge_bound",
+                               {str(bound).lower(): {"cuda_gather": gather["value"], "cuda_merge_bound": bound}
+                                for bound in (True, False)}, say)
+    if merge["value"] is not None:
+        merge["value"] = merge["value"] == "true"
+    return {"cuda_gather": gather, "cuda_merge_bound": merge}

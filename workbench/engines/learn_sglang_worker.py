@@ -1,0 +1,219 @@
+"""One SGLang release measured in a process of its own: ``python -m workbench.engines.learn_sglang_worker``.
+
+The parent (``learn_sglang.py``) has already found where the release keeps each class and
+function (``locate.py``); this process loads the release as conformance does (``standins.py``: a
+bare package, stand-ins for the accelerator libraries) and answers each task with what the
+engine's own code gave:
+
+* ``width``: a ``WidthProbe`` over the measuring grid: ``[state, width]`` per point (or the error);
+* ``sizing``: ``get_req_to_token_extra_context_len`` (or the statements that compute the same
+  number inline in an older release, ``statements``) over the sizing states;
+* ``check``: a conformance row run once per candidate behaviour: which candidates agree on every
+  state (the models' side runs here too: both need the release's request tables);
+* ``step``: the engine side of a conformance row at given states (the boundary states), its answers.
+
+It is a session: the first line on stdin names the release's folders, then each line is a task
+and each answer one line on stdout, so the release's modules are imported once while the parent
+picks its next task from the answers so far (the replay is checked under the width rule just
+learned). A task that cannot run answers ``{"error": "..."}`` and the next task runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import random
+import sys
+import textwrap
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+from workbench.engines import checks
+from workbench.engines import sglang_calls as ec
+from workbench.engines import sglang_widths as sw
+from workbench.engines import states as st
+from workbench.engines.answers import Answer, shown
+
+Result = dict[str, Any]
+
+
+def one_line(error: BaseException) -> str:
+    where = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
+    place = f" ({Path(where.filename).name}:{where.lineno})" if where else ""
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:240]}{place}"
+
+
+def _width(task: Result) -> Result:
+    from workbench.engines import standins
+
+    probe = next(p for p in sw.TABLE_PROBES + sw.POOLED_PROBES if p.name == task["probe"])
+    module = importlib.import_module(task["module"])
+    cls = getattr(module, task["class"])
+    standins.strict()
+    points, notes, first_error = [], set(), None
+    for state in sw.grid(task["width_gen"], probe.page_sizes):
+        try:
+            width, note = sw.measure(probe, module, cls, state, task["package_root"])
+        except Exception as error:  # noqa: BLE001 - recorded, the grid goes on
+            first_error = first_error or {"state": state, "error": one_line(error)}
+            continue
+        points.append([state, width])
+        notes.add(note)
+    standins.lenient()
+    return {"points": points, "notes": sorted(n for n in notes if n), "first_error": first_error}
+
+
+def _sizing(task: Result) -> Result:
+    """The engine's extra request-table columns per sizing state, by its function or its statements."""
+    module = importlib.import_module(task["module"])
+    if task.get("local"):
+        run = _statements(module, task["function"], task["local"], task.get("owner"))
+    else:
+        function = getattr(module, task["function"])
+
+        def run(state: st.State) -> int:
+            return int(ec.engine_extra(module, state)["value"]) if function else 0
+    rng = random.Random("learn:sizing")
+    values = []
+    for state in st.sizing_states(rng, task["count"]):
+        try:
+            values.append([state, run(state)])
+        except Exception as error:  # noqa: BLE001 - the first error is the answer
+            return {"error": one_line(error), "state": state}
+    return {"values": values}
+
+
+def _statements(module: ModuleType, function: str, local: str, owner: str | None) -> Callable[[st.State], int]:
+    """A function that runs, for a state, the statements of ``function`` (a method of ``owner``)
+    that compute the local ``local``: from its first assignment to the last statement at that
+    level that assigns it, executed alone with ``self.server_args`` holding the state's launch."""
+    code = getattr(getattr(module, owner), function) if owner else getattr(module, function)
+    tree = ast.parse(textwrap.dedent(__import__("inspect").getsource(code)))
+    body = _block_assigning(tree, local)
+    statements = compile(ast.Module(body=body, type_ignores=[]), f"<{function}>", "exec")
+
+    def run(state: st.State) -> int:
+        server_args = ec._server_args(state)
+        server_args.disaggregation_mode = "null"
+        scope: dict[str, Any] = {"self": SimpleNamespace(server_args=server_args)}
+        exec(statements, dict(vars(module)), scope)  # noqa: S102 - the engine's own statements
+        return int(scope[local])
+    return run
+
+
+def _block_assigning(tree: ast.AST, local: str) -> list[ast.stmt]:
+    def assigns(node: ast.stmt) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        hits = [i for i, statement in enumerate(body) if assigns(statement)]
+        if hits and isinstance(body[hits[0]], ast.Assign):
+            return body[hits[0]: hits[-1] + 1]
+    raise LookupError(f"no statement assigns {local}")
+
+
+def _check(task: Result) -> Result:
+    """A conformance row's states, once per candidate behaviour: states and agreements each."""
+    check = next(c for c in checks.CHECKS if task["function"] in c.functions)
+    modules = checks.import_modules(check.modules, task["module_paths"])
+    _adapt(modules, task.get("aliases", {}))
+    from workbench.engines import standins
+
+    standins.strict()
+    found = {}
+    for name, behaviour in task["candidates"].items():
+        rng = random.Random(f"learn:{task['function']}")
+        states = agree = 0
+        first = None
+        try:
+            for state, engine_side, model_side in check.pairs(task["function"], modules, behaviour, rng, task["count"]):
+                got, want = engine_side(), model_side()
+                states += 1
+                if got == want:
+                    agree += 1
+                elif first is None:
+                    first = {"state": state, "engine": shown(got), "model": shown(want)}
+        except Exception as error:  # noqa: BLE001 - a candidate whose states cannot be made
+            found[name] = {"error": one_line(error)}
+            continue
+        found[name] = {"states": states, "agree": agree, "first_disagreement": first}
+    standins.lenient()
+    return {"candidates": found}
+
+
+def _adapt(modules: dict[str, ModuleType], aliases: dict[str, dict[str, str]]) -> None:
+    """Give a module the class name conformance calls where the release names it otherwise
+    (``AscendPagedTokenToKVPoolAllocator`` before ``NPUPagedTokenToKVPoolAllocator``), and call
+    an ``alloc_decode(seq_lens, last_loc)`` (no CPU copy of the lengths) with the arguments it takes."""
+    for key, names in aliases.items():
+        for wanted, present in names.items():
+            cls = getattr(modules[key], present)
+            setattr(modules[key], wanted, cls)
+            decode = cls.__dict__.get("alloc_decode")
+            if decode is not None and len(__import__("inspect").signature(decode).parameters) == 3:
+                cls.alloc_decode = lambda self, seq, _cpu, last, _f=decode: _f(self, seq, last)
+
+
+def _step(task: Result) -> Result:
+    """The engine side of a conformance row at the given states: its answers."""
+    check = next(c for c in checks.CHECKS if task["function"] in c.functions)
+    modules = checks.import_modules(check.modules, task["module_paths"])
+    from workbench.engines import model_calls as mc
+    from workbench.engines import standins
+
+    standins.strict()
+    answers: list[Answer] = []
+    for i, state in enumerate(task["states"]):
+        tables = mc.request_tables(state, seed=i)
+        if task["function"].startswith("AscendAttnBackend"):
+            answers.append(ec.engine_ascend_replay(modules["ascend"], modules["fbi"], state, tables))
+        else:
+            answers.append(ec.engine_dsa_replay(modules["dsa"], modules["fbi"], state, tables))
+    standins.lenient()
+    return {"answers": [shown(a) for a in answers]}
+
+
+def _load(task: Result) -> Result:
+    """Import the modules the other tasks will use: an import that fails here (a release whose
+    pinned transformers wants torchvision, or one that must not see it) ends the session."""
+    for name in task["modules"]:
+        importlib.import_module(name)
+    return {"loaded": len(task["modules"])}
+
+
+TASKS = {"load": _load, "width": _width, "sizing": _sizing, "check": _check, "step": _step}
+
+
+def main() -> int:
+    """The first line on stdin sets the session up (the release's folders); every further line is
+    a task, answered by one line on stdout, until stdin closes."""
+    job = json.loads(sys.stdin.readline())
+    from workbench.engines import standins
+
+    extra = [Path(p) for p in job.get("extra_paths", [])]
+    if job.get("triton_dir"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        extra.append(Path(job["triton_dir"]))
+    else:
+        checks.settle_torch_without_triton()
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=["triton"] if job.get("triton_dir") else [])
+    for line in sys.stdin:
+        task = json.loads(line)
+        try:
+            result = TASKS[task["kind"]](task)
+        except BaseException as error:  # noqa: BLE001 - one task's failure is its answer
+            result = {"error": one_line(error)}
+        print(json.dumps({"task": task["name"], **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

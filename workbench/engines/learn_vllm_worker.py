@@ -1,0 +1,188 @@
+"""The learn worker of one vLLM release: ``python -m workbench.engines.learn_vllm_worker``.
+
+Reads a set-up line (the release's cached install and the GPU to stand in for), installs the
+release (``vllm_loader``), then answers one JSON task per line (``learn_session``):
+
+* ``locate``: what the release has for each buffer (``vllm_buffers.locate``);
+* ``parser``: the launch adapter's load report and the parser's facts (``launch_adapters.vllm``);
+* ``resolve``: a reference launch command read by the release's own parser and resolution;
+* ``table_width`` / ``indexer_width`` / ``v0_width``: widths at each of ``points``;
+* ``indexer_fill`` / ``v0_rows``: what the release's fill does on each of ``states``.
+
+A task that fails answers ``{"error": one line}``; a point that fails answers its error in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# A DSA model small enough to configure quickly: DeepSeek-V3.2's attention shape (MLA, the
+# indexer's index_topk / index_n_heads / index_head_dim) with two layers. The learner's own
+# stand-in, written to a temporary folder: the engine reads it as a local model.
+REFERENCE_DSA = {
+    "architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32", "hidden_size": 1024,
+    "intermediate_size": 2048, "moe_intermediate_size": 256, "num_hidden_layers": 2, "first_k_dense_replace": 1,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "n_routed_experts": 8, "n_shared_experts": 1,
+    "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "kv_lora_rank": 512, "q_lora_rank": 768,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "index_topk": 2048, "index_n_heads": 64,
+    "index_head_dim": 128, "max_position_embeddings": 163840, "vocab_size": 4096, "rope_theta": 10000,
+    "rms_norm_eps": 1e-06, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "num_nextn_predict_layers": 1, "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "routed_scaling_factor": 2.5, "moe_layer_freq": 1,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+}
+
+
+def _one_line(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
+    inside = [f for f in frames if "/vllm/" in f.filename]
+    where = inside[-1] if inside else (frames[-1] if frames else None)
+    place = f" ({where.filename[where.filename.rfind('/vllm/') + 1:] if '/vllm/' in where.filename else Path(where.filename).name}" \
+            f":{where.lineno})" if where else ""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}{place}"[:400]
+
+
+class Worker:
+    def __init__(self, setup: dict[str, Any]) -> None:
+        from workbench.engines import vllm_loader
+        from workbench.engines.gpus import gpu
+
+        self.gpu = gpu(setup.get("gpu", "h100"))
+        self.package_dir = Path(setup["package_dir"])
+        vllm_loader.install(self.package_dir, Path(setup["deps"]), self.gpu,
+                            [Path(p) for p in setup.get("extra_paths", [])])
+        self.folder = Path(tempfile.mkdtemp(prefix="workbench-learn-vllm-"))
+        self.adapter: Any = None
+        self.indexer: Any = None
+
+    def _adapter(self) -> Any:
+        if self.adapter is None:
+            from workbench.engines.launch_adapters.vllm import VLLMAdapter
+
+            self.adapter = VLLMAdapter()
+            self.report = self.adapter.load(self.gpu)
+        return self.adapter
+
+    def parser(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines.launch_adapters import to_json
+
+        adapter = self._adapter()
+        facts = adapter.describe_parser() if self.report.parser == "loaded" else {}
+        return {"load": to_json(self.report), "parser": facts}
+
+    def resolve(self, task: dict[str, Any]) -> dict[str, Any]:
+        """A reference command, read in a forked child (the resolution changes global state)."""
+        from workbench.engines.launch_adapters import LaunchRequest, to_json
+
+        adapter = self._adapter()
+        model = self._model(task.get("model", "dsa"))
+        argv = tuple(model if a == "{model}" else a for a in task["argv"])
+        request = LaunchRequest(f"vllm=={adapter.version}", "vllm serve", argv, {}, self.gpu, cwd=str(self.folder))
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            try:
+                answer = to_json(adapter.resolve(request))
+            except BaseException as error:  # noqa: BLE001
+                answer = {"status": "unloadable", "message": _one_line(error)}
+            with os.fdopen(write, "w") as out:
+                out.write(json.dumps(answer))
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as stream:
+            text = stream.read()
+        os.waitpid(pid, 0)
+        resolved: dict[str, Any] = json.loads(text or '{"status": "unloadable", "message": "the child died"}')
+        return resolved
+
+    def _model(self, kind: str) -> str:
+        folder = self.folder / f"reference-{kind}"
+        if not folder.exists():
+            folder.mkdir()
+            (folder / "config.json").write_text(json.dumps(REFERENCE_DSA))
+        return str(folder)
+
+    def locate(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return vllm_buffers.locate()
+
+    def _points(self, function: Callable[..., Any], points: list[list[Any]]) -> dict[str, Any]:
+        values: list[Any] = []
+        for point in points:
+            try:
+                values.append(function(*point))
+            except Exception as error:  # noqa: BLE001 - a point that fails says why, in place
+                values.append({"error": _one_line(error)})
+        return {"values": values}
+
+    def table_width(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return self._points(vllm_buffers.block_table_width, task["points"])
+
+    def _indexer(self) -> Any:
+        if self.indexer is None:
+            from workbench.engines import vllm_buffers
+
+            adapter = self._adapter()
+            config = adapter.engine_config([self._model("dsa"), "--max-model-len", "4096", "--block-size", "64",
+                                            "--max-num-batched-tokens", "512", "--max-num-seqs", "16"])
+            self.indexer = vllm_buffers.IndexerBench(config)
+        return self.indexer
+
+    def indexer_width(self, task: dict[str, Any]) -> dict[str, Any]:
+        return self._points(self._indexer().width, task["points"])
+
+    def indexer_fill(self, task: dict[str, Any]) -> dict[str, Any]:
+        bench = self._indexer()
+        return self._points(lambda s: bench.fill(s["max_model_len"], s["block_size"], s["dcp"], s["decode_lens"],
+                                                 s["table_width"]), [[s] for s in task["states"]])
+
+    def v0_width(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return self._points(vllm_buffers.v0_width, task["points"])
+
+    def v0_rows(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return self._points(lambda s: vllm_buffers.v0_rows(s["backend"], s["graph_width"], s["seq_lens"],
+                                                           s["block_tables"]), [[s] for s in task["states"]])
+
+
+def main() -> int:
+    setup = json.loads(sys.stdin.readline())
+    stdout = sys.stdout
+    sys.stdout = sys.stderr  # the engine's prints go to the log, never into the answers
+    try:
+        worker = Worker(setup)
+    except BaseException as error:  # noqa: BLE001 - the release does not install: every task says so
+        failure = _one_line(error)
+        worker = None
+    for line in sys.stdin:
+        task = json.loads(line)
+        if worker is None:
+            answer: dict[str, Any] = {"error": f"the release does not load: {failure}"}
+        else:
+            try:
+                answer = getattr(worker, task["name"])(task)
+            except Exception as error:  # noqa: BLE001 - one task's failure is its answer
+                answer = {"error": _one_line(error)}
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

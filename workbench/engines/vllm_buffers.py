@@ -1,0 +1,280 @@
+"""vLLM's own sizing and fill functions for the buffers the vLLM backends model, called on a CPU.
+
+Runs in the learn worker (``learn_vllm_worker``), over a release installed by ``vllm_loader``.
+Each buffer is found by what the release defines, never by its version number (``locate``):
+
+* the v1 block table's width: ``MultiGroupBlockTable`` (built as the model runner builds it:
+  from ``max_model_len`` where it takes one, else from the group's ``max_num_blocks`` that the
+  attention spec's ``max_num_blocks_per_req`` gives), or, where the table only takes a width the
+  runner computes inline, nothing to call (the learner reads that line);
+* the DSA indexer's ``expanded_block_table_buffer``: ``DeepseekV32IndexerMetadataBuilder``
+  constructed by its own ``__init__`` on an engine config the release built
+  (``create_engine_config`` on a small DSA model), its width read off the tensor it allocated;
+  and its ``_prepare_decode_tensors`` on a decode batch (the variable-length path);
+* V0's ``graph_block_tables`` width (``get_max_block_per_batch``) and each attention backend's
+  metadata builder writing a decode batch's block lists into it (``build``).
+
+The context-parallel size the engine asks for (``get_total_cp_world_size``, ``get_dcp_group``)
+is answered per call with the state's ``dcp``, in the modules that ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import types
+from collections.abc import Iterator
+from typing import Any
+
+BLOCK_TABLE = "vllm.v1.worker.block_table"
+INDEXER = "vllm.v1.attention.backends.mla.indexer"
+V0_RUNNER = "vllm.worker.model_runner"
+V0_BUILDERS = {"flash-attn": ("vllm.attention.backends.flash_attn", "FlashAttentionMetadataBuilder"),
+               "flashinfer": ("vllm.attention.backends.flashinfer", "FlashInferMetadataBuilder"),
+               "xformers": ("vllm.attention.backends.xformers", "XFormersMetadataBuilder")}
+
+
+def _module(name: str) -> types.ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and name.startswith(error.name):
+            return None  # the release has no such module
+        raise
+
+
+def _source(obj: Any) -> str:
+    """``vllm/path.py:first-last`` of a function or class."""
+    file = inspect.getsourcefile(obj) or "?"
+    lines, first = inspect.getsourcelines(obj)
+    short = file[file.rfind("/vllm/") + 1:] if "/vllm/" in file else file
+    return f"{short}:{first}-{first + len(lines) - 1}"
+
+
+# ---- the context-parallel size ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cp_size(dcp: int, modules: tuple[str, ...]) -> Iterator[None]:
+    """``get_total_cp_world_size()`` and ``get_dcp_group().world_size`` answer ``dcp`` in ``modules``."""
+    group = types.SimpleNamespace(world_size=dcp, rank_in_group=0)
+    saved: list[tuple[types.ModuleType, str, Any]] = []
+    for name in modules:
+        module = _module(name)
+        if module is None:
+            continue
+        for attribute, value in (("get_total_cp_world_size", lambda: dcp), ("get_dcp_group", lambda: group)):
+            if attribute in vars(module):
+                saved.append((module, attribute, vars(module)[attribute]))
+                setattr(module, attribute, value)
+    try:
+        yield
+    finally:
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)
+
+
+# ---- locating -------------------------------------------------------------------------------------
+
+
+def locate() -> dict[str, Any]:
+    """What the release has for each buffer: the function to call (``found``) and its source, or
+    what was searched (``absent``)."""
+    found: dict[str, Any] = {}
+    table = _module(BLOCK_TABLE)
+    group = getattr(table, "MultiGroupBlockTable", None) if table else None
+    if group is not None:
+        parameters = inspect.signature(group.__init__).parameters
+        how = "max_model_len" if "max_model_len" in parameters else "max_num_blocks" if "max_num_blocks" in parameters else None
+        found["block_table"] = {"found": f"{BLOCK_TABLE}.MultiGroupBlockTable", "takes": how, "source": _source(group)}
+    elif table is not None and hasattr(table, "BlockTable"):
+        found["block_table"] = {"found": None, "takes": "max_num_blocks_per_req", "source": _source(table.BlockTable),
+                                "searched": f"{BLOCK_TABLE}: BlockTable takes the width the model runner computes"}
+    else:
+        found["block_table"] = {"found": None, "searched": f"{BLOCK_TABLE} (no v1 block table)"}
+    indexer = _module(INDEXER)
+    builder = getattr(indexer, "DeepseekV32IndexerMetadataBuilder", None) if indexer else None
+    found["indexer"] = ({"found": f"{INDEXER}.DeepseekV32IndexerMetadataBuilder", "source": _source(builder)}
+                        if builder is not None else {"found": None, "searched": f"{INDEXER}.DeepseekV32IndexerMetadataBuilder"})
+    runner = _module(V0_RUNNER)
+    width = None
+    for cls in (getattr(runner, n, None) for n in ("GPUModelRunnerBase", "ModelRunner")) if runner else ():
+        if cls is not None and hasattr(cls, "get_max_block_per_batch"):
+            width = cls
+            break
+    found["v0_width"] = ({"found": f"{V0_RUNNER}.{width.__name__}.get_max_block_per_batch",
+                          "source": _source(width.get_max_block_per_batch)}
+                         if width is not None else {"found": None, "searched": f"{V0_RUNNER}.*.get_max_block_per_batch"})
+    builders = {}
+    for backend, (module_name, class_name) in V0_BUILDERS.items():
+        module = _module(module_name) if runner is not None else None
+        cls = getattr(module, class_name, None) if module else None
+        if cls is not None and hasattr(cls, "build"):
+            builders[backend] = {"found": f"{module_name}.{class_name}.build", "source": _source(cls.build)}
+    found["v0_builders"] = builders
+    return found
+
+
+# ---- the v1 block table -----------------------------------------------------------------------------
+
+
+def _fill(cls: Any, known: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``cls`` that ``known`` names (by parameter name)."""
+    parameters = inspect.signature(cls).parameters
+    return {name: value for name, value in known.items() if name in parameters}
+
+
+def attention_spec(block_size: int, mla: bool = False) -> Any:
+    """The release's own attention spec of one KV cache group (MLA for the indexer's group)."""
+    import torch
+
+    specs = importlib.import_module("vllm.v1.kv_cache_interface")
+    cls = getattr(specs, "MLAAttentionSpec" if mla else "FullAttentionSpec")
+    known: dict[str, Any] = {"block_size": block_size, "num_kv_heads": 1, "head_size": 576 if mla else 128,
+                             "dtype": torch.bfloat16, "use_mla": mla, "cache_dtype_str": "auto"}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in known.items() if k in fields})
+
+
+def block_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
+    """The width of the block table the model runner builds for one attention group."""
+    import torch
+
+    module = importlib.import_module(BLOCK_TABLE)
+    cls = module.MultiGroupBlockTable
+    known: dict[str, Any] = {"max_num_reqs": 2, "max_model_len": max_model_len, "max_num_batched_tokens": 8,
+                             "pin_memory": False, "device": torch.device("cpu"), "block_sizes": [block_size],
+                             "kernel_block_sizes": [block_size], "num_speculative_tokens": 0,
+                             "cp_kv_cache_interleave_size": 1}
+    with cp_size(dcp, (BLOCK_TABLE, "vllm.v1.kv_cache_interface")):
+        parameters = inspect.signature(cls).parameters
+        if "max_model_len" not in parameters and "max_num_blocks" in parameters:  # the runner passes the group's blocks
+            spec = attention_spec(block_size)
+            config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+                decode_context_parallel_size=dcp, prefill_context_parallel_size=1))
+            known["max_num_blocks"] = [spec.max_num_blocks_per_req(config, max_model_len)]
+        table = cls(**_fill(cls, known))
+    first = table.block_tables[0]
+    width = getattr(first, "max_num_blocks_per_req", None)
+    return int(width) if width is not None else int(first.block_table.shape[1])
+
+
+# ---- the DSA indexer ----------------------------------------------------------------------------------
+
+
+def runner_builder(backend: Any, spec: Any, config: Any, device: Any) -> Any:
+    """A metadata builder made as the model runner makes it: through the release's
+    ``AttentionGroup`` (its ``create_metadata_builders``, or the earlier static
+    ``create_with_metadata_builders``), which passes what the builder takes (since 0.33-era
+    releases: the block table's width); the builder class itself where there is neither."""
+    utils = _module("vllm.v1.worker.utils")
+    group_cls = getattr(utils, "AttentionGroup", None) if utils else None
+    layers = ["model.layers.0.self_attn.indexer"]
+    if group_cls is not None and hasattr(group_cls, "create_metadata_builders"):
+        known = {"backend": backend, "layer_names": layers, "kv_cache_spec": spec, "kv_cache_group_id": 0}
+        fields = {f.name for f in dataclasses.fields(group_cls)}
+        group = group_cls(**{k: v for k, v in known.items() if k in fields})
+        group.create_metadata_builders(config, device)
+        return group.metadata_builders[0]
+    if group_cls is not None and hasattr(group_cls, "create_with_metadata_builders"):
+        return group_cls.create_with_metadata_builders(backend, layers, spec, config, device).metadata_builders[0]
+    return backend.get_builder_cls()(spec, layers, config, device)
+
+
+class IndexerBench:
+    """The indexer's metadata builder, made by its own ``__init__`` on an engine config."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.module = importlib.import_module(INDEXER)
+
+    def builder(self, max_model_len: int, block_size: int, dcp: int) -> Any:
+        import torch
+
+        object.__setattr__(self.config.model_config, "max_model_len", max_model_len)
+        # the deployment's DCP size, where the release reads it from the config (AttentionSpec)
+        object.__setattr__(self.config.parallel_config, "decode_context_parallel_size", dcp)
+        spec = attention_spec(block_size, mla=True)
+        with cp_size(dcp, (INDEXER, "vllm.v1.kv_cache_interface", "vllm.v1.worker.utils")), self._current():
+            return runner_builder(self.module.DeepseekV32IndexerBackend, spec, self.config, torch.device("cpu"))
+
+    def width(self, max_model_len: int, block_size: int, dcp: int) -> int:
+        return int(self.builder(max_model_len, block_size, dcp).expanded_block_table_buffer.shape[1])
+
+    def fill(self, max_model_len: int, block_size: int, dcp: int, decode_lens: list[int], table_width: int) -> dict[str, Any]:
+        """``_prepare_decode_tensors`` on a decode batch of ``decode_lens`` query rows per request,
+        reading a block table ``table_width`` blocks wide (distinct ids): the error it raises, or
+        the rows it wrote."""
+        import torch
+
+        builder = self.builder(max_model_len, block_size, dcp)
+        requests = len(decode_lens)
+        table = torch.arange(1, (requests + 1) * table_width + 1, dtype=torch.int32).view(requests + 1, table_width)
+        lens = torch.tensor(decode_lens, dtype=torch.int32)
+        seq_lens = torch.full((requests,), max(1, min(max_model_len, 1000)), dtype=torch.int32)
+        query_start = torch.cumsum(lens, 0) - lens
+        tokens = int(lens.sum())
+        try:
+            with self._current():
+                builder._prepare_decode_tensors(seq_lens, table[:requests], lens, lens, query_start, requests, tokens,
+                                                False, max(decode_lens), max(decode_lens))
+        except RuntimeError as error:
+            return {"error": str(error), "buffer_width": int(builder.expanded_block_table_buffer.shape[1])}
+        rows = builder.expanded_block_table_buffer[:tokens]
+        return {"error": None, "buffer_width": int(rows.shape[1]), "rows_checksum": int(rows.long().sum())}
+
+    @contextlib.contextmanager
+    def _current(self) -> Iterator[None]:
+        config_module = importlib.import_module("vllm.config")
+        setter = getattr(config_module, "set_current_vllm_config", None)
+        if setter is None:
+            yield
+            return
+        with setter(self.config):
+            yield
+
+
+# ---- V0 --------------------------------------------------------------------------------------------
+
+
+def v0_width(max_seq_len_to_capture: int, block_size: int) -> int:
+    runner = importlib.import_module(V0_RUNNER)
+    cls = next(c for c in (getattr(runner, n, None) for n in ("GPUModelRunnerBase", "ModelRunner"))
+               if c is not None and hasattr(c, "get_max_block_per_batch"))
+    holder = types.SimpleNamespace(block_size=block_size, max_seq_len_to_capture=max_seq_len_to_capture)
+    return int(cls.get_max_block_per_batch(holder))
+
+
+def v0_rows(backend: str, graph_width: int, seq_lens: list[int], block_tables: list[list[int]]) -> dict[str, Any]:
+    """A V0 metadata builder's ``build`` on a decode batch that replays the captured graph: the
+    error it raised writing the rows into ``graph_block_tables``, and the rows."""
+    import numpy as np
+
+    module_name, class_name = V0_BUILDERS[backend]
+    cls = getattr(importlib.import_module(module_name), class_name)
+    builder = object.__new__(cls)
+    runner = types.SimpleNamespace(graph_block_tables=np.zeros((len(block_tables), graph_width), dtype=np.int32),
+                                   device="cpu", block_size=16, sliding_window=None, max_seq_len_to_capture=1 << 30)
+    builder.runner = runner
+    builder.input_builder = types.SimpleNamespace(inter_data_list=[], chunked_prefill_enabled=False, runner=runner)
+    builder.prefill_seq_lens, builder.curr_seq_lens = [], list(seq_lens)
+    builder.num_decode_tokens = len(seq_lens)
+    builder.num_prefills = builder.num_prefill_tokens = 0
+    builder.slot_mapping, builder.block_tables = [], [list(b) for b in block_tables]
+    builder.context_lens, builder.query_start_loc = [], []
+    builder.paged_kv_indices, builder.paged_kv_indptr, builder.paged_kv_last_page_len = [], [0], []
+    builder.total_blocks, builder.is_profile_run, builder.use_v2_block_manager = 0, False, True
+    builder.has_prefix_cache_hit, builder.multimodal_placeholder_maps = False, {}
+    parameters = list(inspect.signature(cls.build).parameters)[1:]
+    arguments: dict[str, Any] = {"seq_lens": list(seq_lens), "query_lens": [1] * len(seq_lens), "cuda_graph_pad_size": 0,
+                                 "batch_size": len(seq_lens)}
+    error = None
+    try:
+        builder.build(*(arguments[p] for p in parameters if p in arguments))
+    except ValueError as raised:
+        error = str(raised)
+    except Exception as raised:  # noqa: BLE001 - past the row writes, the stand-ins end the build
+        error = f"after the rows: {type(raised).__name__}"
+    return {"error": error, "rows": runner.graph_block_tables.tolist()}

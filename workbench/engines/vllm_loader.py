@@ -1,0 +1,277 @@
+"""A vLLM release's own modules on a CPU: what they import that a CPU machine lacks, stood in.
+
+vLLM's parser, configuration and sizing code is plain Python over pydantic, transformers and
+torch; what it also imports (the compiled ``vllm._C`` kernels, fastapi, openai, xgrammar, ...)
+is not needed to read a command or size a table. ``install(package_dir, deps, gpu)`` arranges
+this process so that the release's own files run:
+
+* the release's package is registered bare (its ``__path__`` the unpacked wheel; its
+  ``__init__``, which imports the whole engine, never runs), its small dependencies after the
+  running environment's own paths (torch and numpy stay the project's);
+* a module the release's files import and nothing can find becomes a permissive stand-in
+  (``standins.StandInModule``), but only for the engine's own imports: a probe
+  (``importlib.util.find_spec``, ``try: import x``) of another library, and the hardware probes
+  (``libtpu``, ``amdsmi``, ``torch_npu``, ...), still find nothing, so vLLM's own platform
+  detection runs as on a machine without them;
+* the GPU: NVML (``pynvml``, and the copy vLLM vendors as ``vllm.third_party.pynvml``) answers
+  as the ``Gpu`` given (its name, memory, compute capability, device count), on top of
+  ``platform_standins`` (``torch.cuda``); vLLM's own detection then picks its CUDA platform;
+* the compiled kernels: an op of a kernel library's namespace (``torch.ops._C.*``) that is not
+  registered is a stand-in, and registering a fake (meta) implementation for it is skipped;
+* a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
+  value from one raises);
+* the model registry inspects a model class in this process (vLLM runs that in a subprocess
+  of its own, which would not have these stand-ins).
+
+Everything stood in is recorded (``LOG``), so a resolution can say what it did not run.
+This changes the process for good, so it runs only in an engine process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.engines.launch_adapters import Gpu
+
+# Never stood in: imports whose success tells vLLM that a hardware platform or an out-of-tree
+# plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), NVML (answered as the
+# GPU), and triton (torch and vLLM take their paths without it when it is absent).
+NEVER_STOOD_IN = frozenset({
+    "libtpu", "tpu_inference", "tpu_commons", "torch_xla", "amdsmi", "torch_npu", "vllm_ascend", "vllm_omni",
+    "intel_extension_for_pytorch", "habana_frameworks", "neuronxcc", "torch_neuronx", "transformers_neuronx",
+    "zentorch", "vllm_spyre", "vllm_gaudi", "pynvml", "triton", "triton_kernels",
+})
+NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
+
+LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set()}
+FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
+
+
+class _NvmlError(Exception):
+    """``pynvml.NVMLError``: what a query the stand-in does not answer raises."""
+
+
+def nvml_module(name: str, gpu: Gpu) -> types.ModuleType:
+    """NVML as vLLM queries it, answering as ``gpu`` (one handle per device of a node)."""
+    module = types.ModuleType(name)
+    module.__file__ = f"<the workbench's NVML for {gpu.device_name}>"
+    memory = types.SimpleNamespace(total=gpu.memory_bytes, free=gpu.memory_bytes, used=0)
+    values: dict[str, Any] = {
+        "NVMLError": _NvmlError, "NVML_P2P_CAPS_INDEX_NVLINK": 3, "NVML_P2P_STATUS_OK": 0,
+        "nvmlInit": lambda *args: None, "nvmlShutdown": lambda *args: None,
+        "nvmlDeviceGetCount": lambda: gpu.devices_per_node,
+        "nvmlDeviceGetHandleByIndex": lambda index: int(index),
+        "nvmlDeviceGetHandleByUUID": lambda uuid: int(str(uuid).rsplit("-", 1)[-1]),
+        "nvmlDeviceGetIndex": lambda handle: handle,
+        "nvmlDeviceGetName": lambda handle: gpu.device_name,
+        "nvmlDeviceGetUUID": lambda handle: f"GPU-workbench-stand-in-{handle}",
+        "nvmlDeviceGetCudaComputeCapability": lambda handle: gpu.capability,
+        "nvmlDeviceGetMemoryInfo": lambda handle: memory,
+        "nvmlDeviceGetP2PStatus": lambda a, b, c: 0,
+        "nvmlSystemGetCudaDriverVersion": lambda: int(float(gpu.toolkit) * 1000),
+        "nvmlSystemGetDriverVersion": lambda: "570.00",
+    }
+    for key, value in values.items():
+        setattr(module, key, value)
+
+    def missing(attribute: str) -> Any:
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+
+        def query(*args: Any) -> Any:
+            raise _NvmlError(f"{attribute}: not answered by the workbench's stand-in for {gpu.device_name}")
+        return query
+
+    module.__getattr__ = missing  # type: ignore[method-assign]
+    return module
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """NVML as the GPU (first on the path), and stand-ins for what the engine's files import and
+    nothing else finds (last on the path)."""
+
+    def __init__(self, package_dir: Path, gpu: Gpu, last: bool) -> None:
+        self.root, self.gpu, self.last = str(package_dir.parent), gpu, last
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if not self.last:
+            return importlib.machinery.ModuleSpec(name, self) if name in NVML_MODULES else None
+        top = name.split(".")[0]
+        if top in sys.stdlib_module_names or top in NEVER_STOOD_IN or not self._engine_imports():
+            return None
+        LOG["modules"].add(top)
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if spec.name in NVML_MODULES:
+            return nvml_module(spec.name, self.gpu)
+        from workbench.engines.standins import StandInModule
+
+        module = StandInModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+    def _engine_imports(self) -> bool:
+        """True for an ``import`` statement in the engine's own files; False for a probe
+        (``importlib.util.find_spec``) or another library's import."""
+        frame: types.FrameType | None = sys._getframe(2)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename in ("<frozen importlib.util>",) or filename.endswith(("importlib/util.py",)):
+                return False
+            if not (filename.startswith("<frozen importlib") or filename.endswith("importlib/__init__.py")):
+                return filename.startswith(self.root)
+            frame = frame.f_back
+        return False
+
+
+def _cuda_counts(gpu: Gpu) -> None:
+    """What ``platform_standins`` leaves to torch itself: whether torch was built with CUDA and
+    NVML's device count (vLLM counts devices with them). Set after torch's own modules that read
+    them at import (dynamo, inductor) have loaded, so those keep torch's CPU answers."""
+    import torch
+
+    for name in ("torch._dynamo.device_interface", "torch._inductor.utils"):
+        importlib.import_module(name)
+    torch.cuda._is_compiled = lambda: True  # type: ignore[attr-defined]
+    torch.cuda._device_count_nvml = lambda: gpu.devices_per_node  # type: ignore[attr-defined]
+
+
+def _kernel_ops() -> None:
+    """Ops of the kernel libraries (``torch.ops._C``, ``torch.ops._moe_C`` ...) that are not
+    loaded: looking one up gives a stand-in (recorded), and a fake kernel registered for one is
+    skipped (recorded): module-level code that registers or probes them then runs as it would
+    with the library present, and a call that needs one fails."""
+    import torch._ops
+    import torch.library
+
+    from workbench.engines.standins import stand_in
+
+    lookup = torch._ops._OpNamespace.__getattr__
+
+    def op_or_stand_in(namespace: Any, op: str) -> Any:
+        try:
+            return lookup(namespace, op)
+        except AttributeError:
+            if not namespace.name.startswith("_") or op.startswith("__"):
+                raise
+            LOG["ops"].add(f"torch.ops.{namespace.name}.{op}")
+            return stand_in(f"torch.ops.{namespace.name}.{op}")
+
+    torch._ops._OpNamespace.__getattr__ = op_or_stand_in  # type: ignore[method-assign]
+    register_fake = torch.library.register_fake
+
+    def registered(qualname: str) -> bool:
+        try:
+            return bool(torch._C._dispatch_find_schema_or_throw(qualname.split(".")[0], ""))
+        except RuntimeError:
+            return False
+
+    def register_fake_if_loaded(op_name: Any, func: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(op_name, str) and op_name.split("::")[0].startswith("_") and not registered(op_name):
+            LOG["fakes_skipped"].add(op_name)
+            return func if func is not None else (lambda function: function)
+        return register_fake(op_name, func, *args, **kwargs)
+
+    torch.library.register_fake = register_fake_if_loaded  # type: ignore[assignment]
+
+
+def _gpu_tensors_on_meta() -> None:
+    """A tensor the release creates on the GPU (``torch.zeros(..., device="cuda")``, as some of its
+    modules do at import) is a meta tensor: its shape and dtype, no data. Reading a value from one
+    raises, so nothing computed on the stand-in GPU can pass for an answer."""
+    import torch
+
+    def on_meta(name: str, factory: Any) -> Any:
+        def made(*args: Any, **kwargs: Any) -> Any:
+            device = kwargs.get("device")
+            if device is not None and str(device).startswith("cuda"):
+                kwargs["device"] = "meta"
+                LOG["meta_tensors"].add(f"torch.{name}")
+            return factory(*args, **kwargs)
+        return made
+
+    for name in FACTORIES:
+        setattr(torch, name, on_meta(name, getattr(torch, name)))
+
+
+def _environment(cache: Path) -> None:
+    """Offline, quiet, and vLLM's own cache (model-class facts it saves) under the workbench's."""
+    os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                       "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+                       "VLLM_CACHE_ROOT": str(cache), "TOKENIZERS_PARALLELISM": "false"})
+
+
+def register_package(package_dir: Path) -> types.ModuleType:
+    """The release's package, bare: its files load on import, and its ``__init__`` (which in
+    early releases imports the whole engine) runs only when a module asks the package itself for
+    a name (``from vllm import EngineArgs``)."""
+    package = types.ModuleType(package_dir.name)
+    package.__path__ = [str(package_dir)]
+    init = package_dir / "__init__.py"
+    package.__file__ = str(init)
+    package.__package__ = package_dir.name
+    package.__spec__ = importlib.machinery.ModuleSpec(package_dir.name, None, origin=str(init), is_package=True)
+    package.__spec__.submodule_search_locations = [str(package_dir)]
+
+    def run_init(name: str) -> Any:
+        submodule = (package_dir / name).is_dir() or (package_dir / f"{name}.py").exists()
+        if name.startswith("__") or submodule or package.__dict__.get("__workbench_init_ran__"):
+            raise AttributeError(name)  # a submodule is imported, not looked up
+        package.__dict__["__workbench_init_ran__"] = True
+        del package.__dict__["__getattr__"]
+        exec(compile(init.read_text(), str(init), "exec"), package.__dict__)  # noqa: S102 - the release's own __init__
+        return getattr(package, name)
+
+    package.__getattr__ = run_init  # type: ignore[method-assign]
+    sys.modules[package_dir.name] = package
+    return package
+
+
+def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path] = ()) -> Path:
+    """Arrange this process to run the vLLM release unpacked at ``package_dir`` (see the module);
+    returns the folder of the stand-in device tools (``platform_standins``)."""
+    from workbench.engines import platform_standins
+
+    tools = platform_standins.install(gpu)
+    _cuda_counts(gpu)
+    _environment(package_dir.parent.parent / "vllm-cache")
+    sys.path.insert(0, str(package_dir.parent))  # the release's dist-info too (vLLM reads its own version)
+    for path in (deps, *extra_paths):
+        sys.path.append(str(path))
+    register_package(package_dir)
+    sys.meta_path.insert(0, _Finder(package_dir, gpu, last=False))
+    sys.meta_path.append(_Finder(package_dir, gpu, last=True))
+    _kernel_ops()
+    _gpu_tensors_on_meta()
+    return tools
+
+
+def model_inspection_in_process() -> bool:
+    """The model registry's subprocess (``_run_in_subprocess``) run in this process instead;
+    False when the release has none (it inspects in process already)."""
+    try:
+        registry = importlib.import_module("vllm.model_executor.models.registry")
+    except ModuleNotFoundError:  # early releases: the registry is in models/__init__.py, in process
+        return False
+    if not hasattr(registry, "_run_in_subprocess"):
+        return False
+    setattr(registry, "_run_in_subprocess", lambda function: function())  # noqa: B010
+    return True
+
+
+def stood_in() -> dict[str, list[str]]:
+    """What was stood in so far: modules, kernel ops looked up, fake registrations skipped."""
+    return {key: sorted(values) for key, values in LOG.items()}
