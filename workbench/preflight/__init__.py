@@ -209,7 +209,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
-        raise PreflightError(f"{choice.release} refuses the command ({by}): {resolution.message}{hint}")
+        message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
+        raise PreflightError(f"{choice.release} refuses the command ({by}): {message}{hint}")
     if resolution.status != RESOLVED:
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
                            f"UNDECIDED: {resolution.message}")

@@ -185,15 +185,28 @@ _CPU_SIGNS = ("stand-in", "not compiled with cuda", "torch not compiled", "no cu
               "drivers are installed", "nvidia-smi", "rocm-smi", "npu-smi", "runner stand-in")
 
 
+_PLAIN_VALUES = ("'list' object", "'dict' object", "'str' object", "'int' object", "'float' object", "'NoneType' object",
+                 "'bool' object", "'tuple' object")
+
+
 def is_refusal(error: BaseException, package_dir: Path) -> bool:
     """True when ``error`` is the engine refusing the command: raised on purpose by the engine's
-    own code (the innermost frame is the engine's), of a validation type, not a missing device."""
-    if not isinstance(error, REFUSALS) or isinstance(error, (ImportError, AttributeError)):
-        return False
-    if "StandIn" in type(error).__name__ or any(sign in str(error).lower() for sign in _CPU_SIGNS):
+    own code (the innermost frame is the engine's), of a validation type, not a missing device;
+    or the validation of one of the engine's config classes (pydantic's ``ValidationError``, raised
+    inside pydantic on the engine's behalf); or the engine's code choking on a plain value the
+    command gave (``'list' object has no attribute 'items'``), as it would at start-up."""
+    text = str(error)
+    if "StandIn" in type(error).__name__ or any(sign in text.lower() for sign in _CPU_SIGNS):
         return False
     last = raising_frame(error)
-    return last is not None and last.filename.startswith(str(package_dir))
+    in_engine = last is not None and last.filename.startswith(str(package_dir))
+    if type(error).__name__ == "ValidationError" and engine_frame(error, package_dir) is not None:
+        return True
+    if isinstance(error, (AttributeError, TypeError)) and any(value in text for value in _PLAIN_VALUES):
+        return in_engine
+    if not isinstance(error, REFUSALS) or isinstance(error, (ImportError, AttributeError)):
+        return False
+    return in_engine
 
 
 class _RenameRecorder(argparse.Namespace):
