@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -132,8 +133,12 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
     process.stdin.write(json.dumps(job) + "\n")
     process.stdin.close()
     process.wait(timeout=60)  # it forks the engine process and exits
-    line = process.stdout.readline()  # the engine process's ready line, or nothing when it died
+    ready_now, _, _ = select.select([process.stdout], [], [], START_SECONDS)
+    line = process.stdout.readline() if ready_now else ""  # the ready line, or nothing when it died or hangs
     process.stdout.close()
+    if not ready_now:
+        _stop_by_pid_file(path)
+        raise EngineUnavailable(f"{install.engine}: the engine process did not load within {START_SECONDS} s (log: {log})")
     if not line.startswith("{"):
         tail = [x for x in log.read_text(errors="replace").splitlines() if x.strip()][-1:] or ["no output"]
         raise EngineUnavailable(f"{install.engine}: the engine process stopped while loading: {tail[0][:300]} (log: {log})")
@@ -159,6 +164,16 @@ def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bo
                 stop_all(paths=[path])
                 _start(install, gpu_json, path, owner, progress, [str(install.torchvision)])
     return path
+
+
+def _stop_by_pid_file(path: Path) -> None:
+    """End an engine process that never became ready (it answers no stop message)."""
+    import signal
+
+    pid_file = path.with_suffix(".pid")
+    if pid_file.exists():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
 
 
 def _needs_torchvision(ready: dict[str, Any]) -> bool:

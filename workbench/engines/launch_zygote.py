@@ -196,6 +196,7 @@ def main() -> int:
     if os.fork():  # the starter reaps this one at once; the engine process, a grandchild, is nobody's zombie
         os._exit(0)
     socket_path = Path(job["socket"])
+    socket_path.with_suffix(".pid").write_text(str(os.getpid()))  # at once: a start that hangs can be ended
     # Only the ready line goes to the starter: what the engine prints while it loads (vLLM logs to
     # stdout) goes to the log, or the starter would read it in place of the ready line.
     ready_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
@@ -206,7 +207,6 @@ def main() -> int:
     listener.bind(str(staging))
     listener.listen(16)
     staging.replace(socket_path)  # appears whole: a client that sees it can connect
-    socket_path.with_suffix(".pid").write_text(str(os.getpid()))
     ready_out.write(json.dumps({"ready": True, **report}) + "\n")
     ready_out.close()
     try:
