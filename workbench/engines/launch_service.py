@@ -177,7 +177,11 @@ def _stop_by_pid_file(path: Path) -> None:
 
 
 def _needs_torchvision(ready: dict[str, Any]) -> bool:
-    return "torchvision" in str(ready.get("load", {}).get("parser", "")).lower()
+    """The release's transformers wants torchvision: it says so, or it read the stand-in's missing
+    version ("Invalid version: 'N/A'") while the engine's modules load."""
+    load = ready.get("load", {})
+    said = f"{load.get('parser', '')} {load.get('resolution', '')}".lower()
+    return "torchvision" in said or "invalid version: 'n/a'" in said
 
 
 def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,

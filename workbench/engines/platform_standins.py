@@ -112,7 +112,7 @@ def _host_cpu(torch: Any) -> None:
 
 
 # Operator namespaces of the accelerator libraries the engine process stands in for (standins.py).
-STOOD_IN_OPS = ("sgl_kernel", "flashinfer", "vllm", "_C", "_moe_C", "npu", "aiter", "torch_npu")
+STOOD_IN_OPS = ("sgl_kernel", "flashinfer", "vllm", "_C", "_moe_C", "npu", "aiter", "torch_npu", "torchvision")
 
 
 def _fake_registrations(torch: Any) -> None:

@@ -224,7 +224,9 @@ class LaunchAdapter(abc.ABC):
 
         tools = platform_standins.install(gpu)
         checks.settle_torch_without_triton()
-        standins.install(package_dir, deps, list(extra_paths))
+        # a library given a folder of its own (torchvision) is imported for real, not stood in
+        real = [p.name for p in extra_paths if p.name in standins.ALWAYS_STAND_IN]
+        standins.install(package_dir, deps, list(extra_paths), real=real)
         return tools
 
     def warm_argv(self, model_dir: str) -> tuple[str, ...]:
