@@ -84,7 +84,9 @@ preflight_box(command, engine)
 # Ascend table is shown under EAGLE3, topk 1, 4 draft tokens; GLM-5-FP8, a DSA model like GLM-5.2).
 # "Before" is a version with the fix undone: the `+revert-...` entries are *pseudo-versions*
 # (0.5.23 with one line reverted, named in `data/launch_defaults.json`) until the conformance tool
-# confirms released versions; vLLM's 0.23.0 and 0.33.0 are releases (the 46074 report, fixed by PR 50302).
+# confirms released versions; vLLM's 0.23.0 and 0.33.0 are releases (the 46074 report on GLM-5.2, fixed by PR
+# 50302; here on GLM-5-FP8, the same DSA shape, whose config says 202752 tokens: vLLM's own
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lets the report's 350000 through, as it would on a server).
 
 # %%
 import pandas as pd
@@ -98,12 +100,12 @@ QWQ = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-len
 GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --context-length 90000 --tp-size 8 "
        "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
        "--speculative-num-draft-tokens 6 --cuda-graph-max-bs-decode 16")
-VLLM = ("vllm serve zai-org/GLM-5.2-FP8 --max-model-len 350000 --block-size 64 "
+VLLM = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve zai-org/GLM-5-FP8 --max-model-len 350000 --block-size 64 "
         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
 WORKED = {  # deployment: (command, version before the fix, version after it)
     "Qwen3-32B EAGLE3 on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
     "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
-    "vLLM GLM-5.2 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
+    "vLLM GLM-5 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
 }
 
 results = {}
@@ -149,7 +151,7 @@ assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_veri
 assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
 assert glm_after.status == 0
 
-vllm_before, vllm_after = results["vLLM GLM-5.2 at 350000 (46074)", "before"], results["vLLM GLM-5.2 at 350000 (46074)", "after"]
+vllm_before, vllm_after = results["vLLM GLM-5 at 350000 (46074)", "before"], results["vLLM GLM-5 at 350000 (46074)", "after"]
 g = vllm_before.deployment.geometry
 assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
 assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (engines.md 5)

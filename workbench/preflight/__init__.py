@@ -32,6 +32,7 @@ from workbench.preflight.deployment import Deployment, NotModelled, ResolveConte
 from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
+MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
 # workbench check's own options: in the engine's part of a command they are a misplaced option
 CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file")
 LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
@@ -210,6 +211,7 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
+        message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
         raise PreflightError(f"{choice.release} refuses the command ({by}): {message}{hint}")
     if resolution.status != RESOLVED:
         return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
