@@ -83,7 +83,8 @@ def _stash_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
     sites: dict[str, str] = {}
     for source, fields in getattr(server_args, "_resolved_overrides", None) or ():
         # "module.function", "Class.method" or "function.detail": the innermost part that is a def
-        function = next((part for part in reversed(str(source).split(".")) if part in defs), None)
+        parts = [p for part in reversed(str(source).split(".")) for p in (part, part.lstrip("_"))]
+        function = next((part for part in parts if part in defs), None)
         site = f"{source} ({defs[function]})" if function else str(source)
         for name in fields:
             sites[name] = site
