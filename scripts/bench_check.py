@@ -41,6 +41,7 @@ def main() -> int:
     records = {r["id"]: r for r in map(json.loads, (ROOT / "tests" / "data" / "launch_commands.jsonl").read_text().splitlines())}
     env = {**os.environ, "HF_HUB_CACHE": str(ROOT / "tests" / "data" / "hf_cache" / "hub"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    own_run_dir = "WORKBENCH_RUN_DIR" not in env
     env.setdefault("WORKBENCH_RUN_DIR", tempfile.mkdtemp(prefix="workbench-bench-run-"))
     folder = Path(tempfile.mkdtemp(prefix="workbench-bench-"))
     warm: list[float] = []
@@ -55,7 +56,8 @@ def main() -> int:
         print(f"  warm: {' '.join(f'{t:.2f}' for t in times)} s", flush=True)
     print(f"warm checks: {len(warm)}, median {statistics.median(warm):.2f} s, max {max(warm):.2f} s; "
           f"cores {os.cpu_count()}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    subprocess.run([sys.executable, "-m", "workbench", "engines", "stop"], env=env, capture_output=True, timeout=120)
+    if own_run_dir:  # the engine processes this bench started
+        subprocess.run([sys.executable, "-m", "workbench", "engines", "stop"], env=env, capture_output=True, timeout=120)
     return 0
 
 
