@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
+    hist = sub.add_parser("history", help="per backend and mode, release by release: what a reference deployment meets")
+    hist.add_argument("--engine", default="sglang", help="the engine whose releases (default sglang)")
+    hist.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    hist.add_argument("--backend", help="comma-separated backends (default: every one)")
+    hist.add_argument("--json", action="store_true", help="one JSON object per release and deployment")
     conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")
     conf.add_argument("--engine", default="sglang==0.5.23", help="NAME==VERSION, several comma-separated (default sglang==0.5.23)")
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
@@ -266,6 +271,17 @@ def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
         _write_frame(frame, args.out, out)
 
 
+def _history(args: argparse.Namespace, out: IO[str]) -> None:
+    from workbench.analysis.history import format_history, history
+
+    frame = history(args.engine, overshoot=args.overshoot, only=_str_list(args.backend) if args.backend else ())
+    if args.json:
+        for record in frame.to_dict(orient="records"):
+            out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+    else:
+        out.write(format_history(frame) + "\n")
+
+
 def _plain(value: object) -> object:
     """A frame cell as JSON: pandas' missing values become null, numpy scalars Python numbers."""
     import pandas as pd  # type: ignore[import-untyped]
@@ -422,6 +438,8 @@ def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:
         _bench(args, out)
     elif args.command == "atlas":
         _atlas(args, device, out)
+    elif args.command == "history":
+        _history(args, out)
     elif args.command == "sweep":
         _sweep(args, device, out)
     elif args.command == "report":

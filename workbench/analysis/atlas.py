@@ -27,6 +27,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis import pooled_atlas
+from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
@@ -94,16 +95,17 @@ class AtlasConfig:
 
 
 def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None) -> list[AtlasConfig]:
-    """Every backend x version (that names the backend's rule) x setting x mode, valid states only."""
+    """Every backend x version (that names the backend's rule) x setting x mode, valid states only.
+
+    Releases whose data give a backend the same rule, replay and width generation have the same
+    rows: only the first of them is configured (``sharing`` says which releases take its rows)."""
     versions = load_versions()
-    chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else list(versions.values())
+    chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else default_versions()
     presets = list(presets) if presets is not None else load_presets()
     out = []
-    for version in chosen:
-        for backend in backends.table_backends():
+    for backend in backends.table_backends():
+        for version in distinct(chosen, backend.name, ("rule", "replay", "width_gen")):
             fields = version.case_fields(backend.name)
-            if "rule" not in fields:
-                continue  # the version's data says nothing of this backend: no row rather than a guess
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
                 for mode, step_id in _modes(backend, setting.geometry):
@@ -167,22 +169,23 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_
     parts: dict[int, list[dict[str, object]]] = {}
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
         parts[index] = rows
-    rows = [row for i in sorted(parts) for row in parts[i]] + _pooled_rows(engines, presets, overshoot)
+    chosen = [versions[e] for e in engines] if engines else default_versions()
+    rows = shared_rows([row for i in sorted(parts) for row in parts[i]], chosen, ("rule", "replay", "width_gen"))
+    rows += _pooled_rows(chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
-def _pooled_rows(engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
+def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
                  overshoot: int) -> list[dict[str, object]]:
-    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version."""
-    versions = load_versions()
-    chosen = [versions[e] for e in engines] if engines else list(versions.values())
+    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version
+    (releases whose data give a buffer the same rule, check and width generation share its rows)."""
     presets = list(presets) if presets is not None else load_presets()
     rows = []
-    for version in chosen:
+    for version in distinct(chosen, "*pooled*", ("pooled", "width_gen")):
         grid = settings(pooled_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
         for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
             rows.append(pooled_atlas.row(config, overshoot))
-    return rows
+    return shared_rows(rows, chosen, ("pooled", "width_gen"), component="*pooled*")
 
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
@@ -312,13 +315,17 @@ def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
     (``confirm_by_run``), the case backends (vLLM's) through a request walk or the deployment's step
     (``confirm_by_walk``)."""
     results: list[dict[str, object]] = []
+    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one run
     for _, row in summary.iterrows():
-        if backends.is_table_backend(str(row.backend)):
-            results.append({"run_model": "sglang serving run", **confirm_by_run(row)})
-        elif backends.is_pooled_backend(str(row.backend)):
-            results.append(pooled_atlas.confirm_by_batch_walk(row))
-        else:
-            results.append(confirm_by_walk(row))
+        key = content_key(row)
+        if key not in done:
+            if backends.is_table_backend(str(row.backend)):
+                done[key] = {"run_model": "sglang serving run", **confirm_by_run(row)}
+            elif backends.is_pooled_backend(str(row.backend)):
+                done[key] = pooled_atlas.confirm_by_batch_walk(row)
+            else:
+                done[key] = confirm_by_walk(row)
+        results.append(done[key])
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
 
 

@@ -137,10 +137,15 @@ def confirm_by_batch_walk(row: pd.Series, device: str = "cpu", *, lead: int = WA
 
 def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """The pooled rows of a summary with their boundaries executed (``confirm_boundary``)."""
+    from workbench.analysis.atlas_releases import content_key
+
     out = summary.copy()
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one execution
     for index, r in summary.iterrows():
         if backends.is_pooled_backend(str(r.backend)):
-            for key, value in confirm_boundary(r, device).items():
-                out.loc[index, key] = value
+            key = content_key(r)
+            done[key] = done.get(key) or confirm_boundary(r, device)
+            for name, value in done[key].items():
+                out.loc[index, name] = value
     return out

@@ -70,7 +70,7 @@ class Filled:
 
 def make(cls: type, attributes: Mapping[str, Any]) -> Any:
     """``cls`` made without ``__init__``, holding ``attributes``."""
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     for name, value in attributes.items():
         setattr(obj, name, value)
     return obj
@@ -121,6 +121,13 @@ def call_filling(obj: Any, method: str, *args: Any, package_root: str = "", limi
         try:
             with on_meta():
                 return getattr(obj, method)(*args), filled
+        except NameError as error:  # a module global the engine's __init__ sets at start-up (``global X``)
+            module = inspect.getmodule(getattr(type(obj), method))
+            name = getattr(error, "name", None)
+            if module is None or not name or not _set_at_run_time(module, name):
+                raise
+            setattr(module, name, None)
+            filled.as_none.append(f"{module.__name__}.{name}")
         except AttributeError as error:
             name = getattr(error, "name", None)
             if getattr(error, "obj", None) is not obj or not name or hasattr(obj, name):
@@ -136,6 +143,16 @@ def call_filling(obj: Any, method: str, *args: Any, package_root: str = "", limi
             setattr(obj, name, value)
             filled.from_init[name] = where.split(package_root, 1)[-1].lstrip("/") if package_root else where
     raise RuntimeError(f"{method} read more than {limit} attributes the object lacks")
+
+
+def _set_at_run_time(module: Any, name: str) -> bool:
+    """Whether ``name`` is a global of ``module`` that a function assigns (``global NAME``) and
+    the module's top level does not: set when the server starts, absent here."""
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return False
+    return any(isinstance(node, ast.Global) and name in node.names for node in ast.walk(tree))
 
 
 def tensors_of(obj: Any, depth: int = 3) -> dict[str, tuple[int, ...]]:

@@ -42,7 +42,7 @@ def name_rule(points: Sequence[Point], candidates: Mapping[str, Callable[[Mappin
     agree = {name: sum(1 for state, value in points if rule(state) == value) for name, rule in candidates.items()}
     matching = [name for name, count in agree.items() if count == len(points)]
     if len(matching) == 1:
-        return measured_fact(matching[0], function, len(points), **more)
+        return measured_fact(matching[0], function, len(points), samples=samples(points), **more)
     if matching:
         finding = f"the grid does not tell {' and '.join(matching)} apart"
         return measured_fact(None, function, len(points), finding=finding, **more)
@@ -51,6 +51,16 @@ def name_rule(points: Sequence[Point], candidates: Mapping[str, Callable[[Mappin
     finding = (f"no rule of the model agrees; the closest, {closest}, on {agree[closest]} of {len(points)}: "
                f"at {describe(state, keys)} the engine gives {value}, {closest} {candidates[closest](state)}")
     return measured_fact(None, function, len(points), finding=finding, **more)
+
+
+SAMPLES = 6
+
+
+def samples(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """A few of the measured points, spread over the grid, with what the engine gave: the offline
+    tests run the named rule on them again (``tests/test_learned.py``)."""
+    step = max(1, len(points) // SAMPLES)
+    return [{"state": dict(state), "engine": value} for state, value in list(points)[::step][:SAMPLES]]
 
 
 def name_candidate(results: Mapping[str, Mapping[str, Any]], *, function: str, **more: Any) -> dict[str, Any]:

@@ -19,13 +19,14 @@ from typing import Any
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.engines import learn_rules as lr
 from workbench.engines import learn_sglang_buffers as lb
+from workbench.engines import learn_sglang_pooled as lp
 from workbench.engines import learned, wheels
 from workbench.engines.learn import LearnError
-from workbench.engines.learn_session import Session, SessionDied
+from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 1"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 2"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -64,11 +65,15 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         return learned.shipped_path(engine, root)
     located = Wheel(install.src, "sglang")
     modules = lb.locate_modules(located)
-    with _session(install, modules, say) as (session, torchvision):
+    with _session(install, modules, say) as (session, loading):
         section = _learn(session, located, modules, say)
+    imported = f"import of {_first_module(modules)}"
     section["conformance"]["torchvision"] = lr.measured_fact(
-        torchvision, f"import of {_first_module(modules)}", 1,
+        loading["torchvision"], imported, 1,
         note="whether the release's modules import only with a torchvision present (the transformers it pins)")
+    section["conformance"]["tolerant"] = lr.measured_fact(
+        loading["tolerant"], imported, 1, skipped=loading["skipped"][:40],
+        note="whether its modules import only statement by statement, the statements that cannot run here skipped")
     return learned.write_section(engine, SECTION, section, root=root, wheel=wheel)
 
 
@@ -79,32 +84,39 @@ def _first_module(modules: dict[str, Found | None]) -> str:
 class _Opened:
     def __init__(self, install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> None:
         self.install, self.modules, self.say = install, modules, say
-        self.session: Session | None = None
+        self.sessions: Sessions | None = None
 
-    def __enter__(self) -> tuple[Session, bool]:
+    def _setup(self, torchvision: bool, triton: bool, tolerant: bool) -> dict[str, Any]:
+        triton_dir = wheels.triton_dir() if triton else None
+        return {"package_dir": str(self.install.package_dir), "deps": str(self.install.deps),
+                "extra_paths": [str(self.install.torchvision)] if torchvision else [],
+                "triton_dir": str(triton_dir) if triton_dir else None, "tolerant": tolerant}
+
+    def __enter__(self) -> tuple[Sessions, dict[str, Any]]:
         """A worker holding the release: without torchvision first, then with it (a release whose
-        pinned transformers registers image processors only with one); LearnError if neither loads."""
+        pinned transformers registers image processors only with one), then the same loading each
+        module statement by statement (``tolerant_import.TolerantFinder``: a release whose import
+        chain meets a statement this torch cannot run); LearnError if none loads."""
         errors = []
-        for torchvision in (False, True):
-            setup = {"package_dir": str(self.install.package_dir), "deps": str(self.install.deps),
-                     "extra_paths": [str(self.install.torchvision)] if torchvision else [],
-                     "triton_dir": str(wheels.triton_dir()) if wheels.triton_dir() else None}
-            session = Session(WORKER, setup)
+        for tolerant, torchvision in ((False, False), (False, True), (True, False), (True, True)):
+            session = Session(WORKER, self._setup(torchvision, False, tolerant))
             try:
                 answer = session.ask({"name": "load", "kind": "load", "modules": [_first_module(self.modules)]})
             except SessionDied as error:
                 answer = {"error": str(error)}
             if "error" not in answer:
-                self.session = session
-                self.say("loaded" + (" (with torchvision)" if torchvision else ""))
-                return session, torchvision
+                triton = self._setup(torchvision, True, tolerant) if wheels.triton_dir() else None
+                self.sessions = Sessions(session, WORKER, triton)
+                self.say("loaded" + (" with torchvision" if torchvision else "")
+                         + (f", {len(answer['skipped'])} statements skipped" if tolerant else ""))
+                return self.sessions, {"torchvision": torchvision, "tolerant": tolerant, "skipped": answer["skipped"]}
             session.close()
             errors.append(answer["error"])
-        raise LearnError(f"its modules do not import on a CPU: {errors[-1]}")
+        raise LearnError(f"its modules do not import on a CPU: {errors[0]}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.session is not None:
-            self.session.__exit__(*exc)  # type: ignore[arg-type]
+        if self.sessions is not None:
+            self.sessions.close()
 
 
 def _session(install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> _Opened:
@@ -114,7 +126,7 @@ def _session(install: wheels.EngineInstall, modules: dict[str, Found | None], sa
     return _Opened(install, modules, say)
 
 
-def _learn(session: Session, wheel: Wheel, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     width_gen = lb.learn_width_gen(session, wheel, modules, say)
     backends = lb.learn_table_widths(session, wheel, say)
     _learn_dsa(session, modules, backends, say)
@@ -123,13 +135,14 @@ def _learn(session: Session, wheel: Wheel, modules: dict[str, Found | None], say
         if rule is not None:
             backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
     backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say)}
-    conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "found": f.where}
+    backends.update(lp.learn_pooled(session, wheel, say))
+    conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
     conformance.update(_learn_cuda_allocator(session, modules, say))
     return {"learner": LEARNER, "width_gen": width_gen, "backends": backends, "conformance": conformance}
 
 
-def _learn_dsa(session: Session, modules: dict[str, Found | None], backends: dict[str, Any], say: Progress) -> None:
+def _learn_dsa(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any], say: Progress) -> None:
     dsa = backends["sglang-dsa-page-table"]
     rule = dsa["rule"]["value"]
     if rule is None or modules["dsa"] is None:
@@ -146,7 +159,7 @@ def _learn_dsa(session: Session, modules: dict[str, Found | None], backends: dic
              for rows in ("accept-length", "draft-tokens")}, say)
 
 
-def _on_overflow(session: Session, modules: dict[str, Found | None], component: str, function: str, rule: str,
+def _on_overflow(session: Sessions, modules: dict[str, Found | None], component: str, function: str, rule: str,
                  reference: State, say: Progress) -> dict[str, Any]:
     states, first = lb.boundary_states(component, rule, reference)
     answer = session.ask({"name": f"{component} at its boundary", "kind": "step", "function": function,
@@ -160,20 +173,19 @@ def _on_overflow(session: Session, modules: dict[str, Found | None], component: 
     return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at)
 
 
-def _learn_npu_gather(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     found = modules["npu_alloc"]
     searched = " or ".join(lb.MODULE_KEYS["npu_alloc"][1])
     if found is None:
         return lr.absent_fact(f"no class {searched} in the wheel", searched)
-    aliases = {"npu_alloc": {"NPUPagedTokenToKVPoolAllocator": found.name}}
     fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_decode", "gather",
-                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, aliases=aliases)
+                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say)
     fact["found"] = found.where
     fact["seed"] = SEED_DECODE["seed"]
     return fact
 
 
-def _learn_cuda_allocator(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     """The CUDA allocator's capacity check (before or after its kernel) and its merge bound: its
     Triton kernels run interpreted, so only where triton is cached (``workbench conformance --triton``)."""
     function = "PagedTokenToKVPoolAllocator.alloc_decode[triton]"
@@ -183,12 +195,12 @@ def _learn_cuda_allocator(session: Session, modules: dict[str, Found | None], sa
     if wheels.triton_dir() is None:
         return {}
     gather = lb.learn_behaviour(session, modules, function, "cuda_gather",
-                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say)
+                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say, triton=True)
     if gather["value"] is None:
         return {"cuda_gather": gather}
     merge = lb.learn_behaviour(session, modules, "PagedTokenToKVPoolAllocator.alloc_extend[triton]", "cuda_merge_bound",
                                {str(bound).lower(): {"cuda_gather": gather["value"], "cuda_merge_bound": bound}
-                                for bound in (True, False)}, say)
+                                for bound in (True, False)}, say, triton=True)
     if merge["value"] is not None:
         merge["value"] = merge["value"] == "true"
     return {"cuda_gather": gather, "cuda_merge_bound": merge}

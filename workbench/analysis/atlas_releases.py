@@ -1,0 +1,87 @@
+"""The atlas over every release: releases whose data give a backend the same fields share its rows.
+
+Forty-odd SGLang releases carry a handful of distinct rules per backend (FA3's is ``context`` in
+every one of them), so the atlas configures, executes and runs each backend's rows once per
+distinct set of fields (``distinct``: the first release that has it stands for the others) and
+copies those rows to every release with the same fields (``shared_rows``: the same computation,
+under each release's name). A row of a release is therefore confirmed by the execution of the
+same state as any other release's with identical data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from workbench import backends
+from workbench.engines.versions import EngineVersion, load_versions
+
+POOLED = "*pooled*"  # the key of every pooled backend's fields together
+
+
+def default_versions() -> list[EngineVersion]:
+    """Every release with data (learned, or an entry of ``data/engines.json``); pseudo-versions
+    (``+revert-...``) only when asked for by name."""
+    return [v for v in load_versions().values() if v.pseudo is None and "+" not in v.engine]
+
+
+def _key(version: EngineVersion, component: str, keys: Sequence[str]) -> str:
+    fields: dict[str, object]
+    if component == POOLED:
+        fields = {b.name: dict(version.fields.get(b.name, {})) for b in backends.POOLED_BACKENDS}
+    else:
+        fields = {k: v for k, v in version.fields.get(component, {}).items() if k in keys}
+    return json.dumps([fields, version.common.get("width_gen")], sort_keys=True)
+
+
+def _has(version: EngineVersion, component: str) -> bool:
+    if component == POOLED:
+        return any(isinstance(v, dict) for b in backends.POOLED_BACKENDS for v in version.fields.get(b.name, {}).values())
+    return "rule" in version.fields.get(component, {})
+
+
+def distinct(versions: Sequence[EngineVersion], component: str, keys: Sequence[str]) -> list[EngineVersion]:
+    """The first of ``versions`` with each distinct set of ``component``'s fields (``keys``) and
+    width generation; versions without data for it are left out (no row rather than a guess)."""
+    seen: set[str] = set()
+    out = []
+    for version in versions:
+        if not _has(version, component):
+            continue
+        key = _key(version, component, keys)
+        if key not in seen:
+            seen.add(key)
+            out.append(version)
+    return out
+
+
+def shared_rows(rows: list[dict[str, object]], versions: Sequence[EngineVersion], keys: Sequence[str],
+                component: str | None = None) -> list[dict[str, object]]:
+    """``rows`` (made for the ``distinct`` representatives) copied to every version with the same
+    fields, each copy under that version's name, in the order of ``versions``."""
+    by_backend: dict[str, dict[str, list[str]]] = {}  # backend -> representative -> its sharers
+
+    def sharers(backend: str) -> dict[str, list[str]]:
+        if backend not in by_backend:
+            groups: dict[str, list[str]] = {}
+            first: dict[str, str] = {}
+            for version in versions:
+                if _has(version, backend):
+                    key = _key(version, backend, keys)
+                    groups.setdefault(first.setdefault(key, version.engine), []).append(version.engine)
+            by_backend[backend] = groups
+        return by_backend[backend]
+    out = []
+    for row in rows:
+        backend = component or backends.backend_of(str(row["backend"])).name
+        for engine in sharers(backend).get(str(row["engine"]), [str(row["engine"])]):
+            out.append({**row, "engine": engine})
+    order = {v.engine: i for i, v in enumerate(versions)}
+    return sorted(out, key=lambda r: order.get(str(r["engine"]), len(order)))
+
+
+def content_key(row: object) -> str:
+    """A summary row's content without the release's name: rows of releases with the same data
+    have the same key, and one execution (a run, a boundary) confirms all of them."""
+    items = row.items() if hasattr(row, "items") else []
+    return json.dumps({str(k): str(v) for k, v in items if k != "engine"}, sort_keys=True)
