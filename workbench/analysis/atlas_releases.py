@@ -37,7 +37,9 @@ def _key(version: EngineVersion, component: str, keys: Sequence[str]) -> str:
 def _has(version: EngineVersion, component: str) -> bool:
     if component == POOLED:
         return any(isinstance(v, dict) for b in backends.POOLED_BACKENDS for v in version.fields.get(b.name, {}).values())
-    return "rule" in version.fields.get(component, {})
+    fields = version.fields.get(component, {})
+    # a backend whose replay varies by release needs the release's own (no default stands in for it)
+    return "rule" in fields and (len(backends.backend_of(component).replays) == 1 or "replay" in fields)
 
 
 def distinct(versions: Sequence[EngineVersion], component: str, keys: Sequence[str]) -> list[EngineVersion]:

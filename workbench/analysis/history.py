@@ -147,6 +147,8 @@ def cell(version: EngineVersion | None, reference: Reference, overshoot: int = D
     rule = fields.get("rule")
     if rule is None:
         return {"status": _why_not(version, reference.component, "rule")}
+    if len(backends.backend_of(reference.component).replays) > 1 and "replay" not in fields:
+        return {"status": "not modelled"}  # the backend's replay varies by release, and this one's was not learned
     replay = str(fields.get("replay", "dynamic"))
     return {"rule": rule, "replay": replay,
             **_table_cell(reference.component, str(rule), replay, reference.mode, reference.step_id,

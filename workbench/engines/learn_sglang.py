@@ -26,7 +26,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 2"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 3"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -168,6 +168,11 @@ def _on_overflow(session: Sessions, modules: dict[str, Found | None], component:
         return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
     at = [{"seq_lens": s["seq_lens"], "outcome": a["outcome"], "error": a.get("error")}
           for s, a in zip(states, answer["answers"])]
+    if all(a["outcome"] == "raised" for a in at) and at[0]["error"] == at[1]["error"]:
+        # the same error a step below the boundary too: the release refuses the mode, whatever the length
+        say(f"{component}: the replay refuses {reference['mode']} at every length ({at[0]['error'][:80]})")
+        return lr.measured_fact(None, function, len(states), reference=reference, first_failing=first, at=at,
+                                finding=f"the replay refuses {reference['mode']} below the boundary too: {at[0]['error']}")
     outcome = lb.outcome_of(answer["answers"][0], reads_past=first is not None)
     say(f"{component}: {outcome} at {states[0]['seq_lens'][0]} ({reference['reference']})")
     return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at)

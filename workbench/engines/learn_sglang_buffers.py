@@ -55,6 +55,7 @@ INLINE_EXTRA = ("ReqToTokenPool", "max_context_len")  # where older releases siz
 GRID_KEYS = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "max_bs")
 SIZING_KEYS = ("page_size", "algorithm", "draft_tokens", "spec_steps", "spec_topk")
 LEARN_STATES = 120  # random states per candidate behaviour (the seeds and grid boundaries come on top)
+LEARN_STATES_TRITON = 60  # the same for a row whose engine side is an interpreted Triton kernel (slow)
 
 
 def locate_modules(wheel: Wheel) -> dict[str, Found | None]:
@@ -165,7 +166,8 @@ def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], functi
     """The candidate behaviour under which conformance row ``function`` agrees on every state
     (``triton``: a row whose engine side is a Triton kernel, run by the triton worker)."""
     task = {"name": f"{function} ({key})", "kind": "check", "function": function, "module_paths": module_paths(found),
-            "candidates": candidates, "count": LEARN_STATES, "names": found_names(found)}
+            "candidates": candidates, "count": LEARN_STATES_TRITON if triton else LEARN_STATES,
+            "names": found_names(found)}
     answer = session.ask_triton(task) if triton else session.ask(task)
     if answer is None:
         return lr.measured_fact(None, function, 0, finding=f"its Triton kernel did not run: {session.triton_error}")

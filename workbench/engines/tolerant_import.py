@@ -102,11 +102,13 @@ def _skip_note(origin: str, node: ast.stmt, error: BaseException) -> str:
 
 
 def _guarded_imports(tree: ast.Module) -> dict[str, str]:
-    """Names the module imports inside a top-level ``if`` or ``try`` (``if is_flashinfer_available():
-    from ...flashinfer_backend import FlashInferAttnBackend``): name -> the module imported from."""
+    """Names the module imports at its top level, under a guard too (``if is_flashinfer_available():
+    from ...flashinfer_backend import FlashInferAttnBackend``): name -> the module imported from.
+    Where that import was skipped (a guard false on a CPU, a module failing at import), the name
+    is taken from its module loaded statement by statement."""
     found: dict[str, str] = {}
     for node in tree.body:
-        if not isinstance(node, ast.If | ast.Try):
+        if not isinstance(node, ast.If | ast.Try | ast.ImportFrom):
             continue
         for inner in ast.walk(node):
             if isinstance(inner, ast.ImportFrom) and inner.module and not inner.level:

@@ -176,5 +176,11 @@ def apply_engine(data: Mapping[str, object], component: str) -> dict[str, object
         return dict(data)
     if not isinstance(engine, str):
         raise ValueError(f"engine: {engine!r} is not a string (write NAME==VERSION)")
-    defaults = engine_version(engine).case_fields(component)
+    version = engine_version(engine)
+    defaults = version.case_fields(component)
+    for name in CASE_FIELDS:  # a field the release's code gave no value for, and the case none either
+        fact = version.facts.get("backends", {}).get(component, {}).get(name)
+        if name not in defaults and name not in data and isinstance(fact, Mapping) and fact.get("value") is None:
+            why = fact.get("finding") or fact.get("reason") or "not measured"
+            raise ValueError(f"engine: {engine} has no {name} for {component} ({why}); give {name} yourself")
     return {**defaults, **{k: v for k, v in data.items() if k != "engine"}}
