@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import pandas as pd  # type: ignore[import-untyped]
+
 from workbench import backends
 from workbench.engines.versions import EngineVersion, load_versions
 
@@ -87,3 +89,26 @@ def content_key(row: object) -> str:
     have the same key, and one execution (a run, a boundary) confirms all of them."""
     items = row.items() if hasattr(row, "items") else []
     return json.dumps({str(k): str(v) for k, v in items if k != "engine"}, sort_keys=True)
+
+
+def collapse_releases(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with consecutive releases whose rows for a backend are the same (every mode:
+    status, outcome, first failing length, margin, rule) merged into one row named by their span
+    (``sglang==0.5.16 … 0.5.23``), so forty releases draw as the handful of distinct ones."""
+    same = ["mode", "rule", "status", "outcome", "first_failing_seq_len", "margin"]
+    order = {v.engine: i for i, v in enumerate(load_versions().values())}
+    parts = []
+    for _, rows in summary.groupby("backend", sort=False):
+        spans: list[tuple[list[str], pd.DataFrame]] = []
+        for engine in sorted(set(rows.engine), key=lambda e: order.get(e, len(order))):
+            mine = rows[rows.engine == engine].sort_values("mode")
+            content = mine[same].astype(str).to_numpy().tolist()
+            if spans and spans[-1][1][same].astype(str).to_numpy().tolist() == content \
+                    and engine.split("==")[0] == spans[-1][0][0].split("==")[0]:
+                spans[-1][0].append(engine)
+            else:
+                spans.append(([engine], mine))
+        for engines, mine in spans:
+            label = engines[0] if len(engines) == 1 else f"{engines[0]} … {engines[-1].split('==', 1)[1]}"
+            parts.append(mine.assign(engine=label))
+    return pd.concat(parts, ignore_index=True) if parts else summary
