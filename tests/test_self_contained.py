@@ -53,7 +53,7 @@ OUTSIDE_CITATIONS = {
     "the semantics notes' possessive": r"\bspec(?:'|\u2019)s\b",
     "a comment opening with the notes' name": r"#\s*spec\b(?![-_])",
     "the shared folder beside the checkout": r"[.][.]/shared\b",
-    "a machine path of the shared folder": r"/work/shared\b",
+    "a machine path of the shared folder": r"/work[/]shared\b",
     "the shared folder's files": r"\bshared/(?:seeds|spec|engines|style)\b",
 }
 CITATION = re.compile("|".join(f"(?:{p})" for p in OUTSIDE_CITATIONS.values()), re.IGNORECASE)
@@ -176,8 +176,8 @@ MARKDOWN = ["README.md", *sorted(p for p in tracked_files() if p.startswith("doc
 
 @pytest.mark.parametrize("cited", [
     "see " + "engines" + ".md 1.2", "(" + "spec" + " section 4)", "The " + "spec" + " (section 4)",
-    "the " + "spec" + "'s formula", "# " + "spec" + ": B * ps - D + 1", ".." + "/shared/" + "spec.md",
-    "/work" + "/shared/seeds", "shared/" + "seeds/000.txt", "house " + "style" + ".md",
+    "the " + "spec" + "'s formula", "# " + "spec" + ": B * ps - D + 1", ".." + "/shared/" + "spec" + ".md",
+    "/work" + "/shared" + "/seeds", "shared/" + "seeds/000.txt", "house " + "style" + ".md",
     "tokens (" + "spec" + "\n        section 1: ...)", "(" + "spec" + "\n# section 2)",
 ])
 def test_a_citation_of_an_outside_document_is_found(cited: str) -> None:
