@@ -1,7 +1,7 @@
 """The atlas (issue 13, items 4-6): every backend, version and mode over realistic settings.
 
-Expected values: engines.md section 1 (0.5.23's Ascend gap: a QwQ NGRAM verify fails at 32881,
-257 against 258 pages), the spec's scheduler cap (ctx - 1) with the default overshoot of 2, and
+Expected values: docs/engine-facts.md#sglang-ascend-block-tables (0.5.23's Ascend gap: a QwQ NGRAM verify fails at 32881,
+257 against 258 pages), the scheduler cap ctx - 1 (docs/engine-facts.md#sglang-scheduler-caps) with the default overshoot of 2, and
 FA3's width read from the engine (cdiv(ctx, ps) pages, so a verify of D drafts at ps 1 first reads
 past the row at ctx - D + 1).
 """
@@ -139,8 +139,8 @@ def test_the_vllm_crash_reports_are_rows_of_the_atlas() -> None:
 
 
 def test_a_run_that_contradicts_its_row_is_not_confirmed(atlas: pd.DataFrame) -> None:
-    """The confirmation can fail: the FA3 verify that reads past its row at 32753 (the spec's
-    ctx - D + 1 for ctx 32768, D 16), labelled safe, is caught by its run at the cap; and a safe
+    """The confirmation can fail: the FA3 verify that reads past its row at 32753 (ctx - D + 1
+    for ctx 32768, D 16: docs/semantics.md#first-failing-length), labelled safe, is caught by its run at the cap; and a safe
     V0 row (0.6.2 truncates) labelled as failing at 8186 is not hit by its walk."""
     from workbench.analysis.atlas import case_backend_rows, confirm_by_run, confirm_by_walk
 

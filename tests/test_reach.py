@@ -1,4 +1,7 @@
-"""Reachability: the scheduler caps as the engines' source has them (spec section 1, engines.md 4)."""
+"""Reachability: the scheduler caps as the engines' source has them.
+
+Sources: docs/engine-facts.md#sglang-scheduler-caps and docs/engine-facts.md#vllm-limits-near-max-model-len.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ def test_sglang_reaches_the_cap_plus_the_overshoot() -> None:
     assert rule.sources["committed_cap"] == "sglang/srt/managers/tp_worker.py:568-571"
     where = reach(rule, QWQ, Mode.TARGET_VERIFY)
     assert (where.cap, where.largest_committed) == (32767, 32769)
-    assert where.margin(32753) == -16 and where.reaches(32753)  # spec section 2, before the fix
-    assert where.margin(32881) == 112 and not where.reaches(32881)  # engines.md 1.2, 0.5.23
+    assert where.margin(32753) == -16 and where.reaches(32753)  # the Ascend seed, before the fix
+    assert where.margin(32881) == 112 and not where.reaches(32881)  # docs/engine-facts.md#sglang-ascend-block-tables, 0.5.23
     assert where.margin(None) is None and not where.reaches(None)
 
 

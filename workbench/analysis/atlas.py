@@ -39,7 +39,7 @@ from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
 
 COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
-DEFAULT_OVERSHOOT = 2  # spec section 1: overshoots of one and two tokens are seen in crash reports
+DEFAULT_OVERSHOOT = 2  # the workbench's own: a run reaches ctx + 1, the DSA seed (docs/semantics.md#reach-and-margin)
 CHUNK = 100
 STATUS_ORDER = ("reachable", "unreachable", "safe")  # worst first
 

@@ -39,7 +39,7 @@ def compare(engine: str, function: str, pairs: Iterable[tuple[State, Callable[[]
     for state, engine_side, model_side in pairs:
         got, want = engine_side(), model_side()
         states += 1
-        if "seed" in state:  # the spec's seed cases: say what the engine's own code gave
+        if "seed" in state:  # the seed cases: say what the engine's own code gave
             seeds.append({"seed": state["seed"], "outcome": got["outcome"], "error": got.get("error"),
                           "agree": got == want})
         if got == want:

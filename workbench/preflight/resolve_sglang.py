@@ -203,10 +203,12 @@ def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: 
     s.given_or("schedule_conservativeness", cmd, "schedule_conservativeness", _value(version, "schedule_conservativeness"),
                _src(version, "schedule_conservativeness"))
     width_gen = str(version.backend_fields("*").get("width_gen", "g1"))
-    s.add("width_gen", width_gen, DEFAULT, version.backend_source("*", "width_gen") or "g1: the spec's generation")
+    s.add("width_gen", width_gen, DEFAULT,
+          version.backend_source("*", "width_gen") or "g1: the oldest generation (docs/semantics.md#width-generations)")
     geometry = check_geometry(context_len=context_len, page_size=page_size, draft_tokens=draft, spec_steps=steps,
                               spec_topk=topk, draft_has_kv=has_kv, max_bs=max_bs, width_gen=width_gen)
-    s.add("request_table_width", geometry.request_table_width, DEFAULT, f"W = ctx + extra ({width_gen}), engines.md 1.1")
+    s.add("request_table_width", geometry.request_table_width, DEFAULT,
+          f"W = ctx + extra ({width_gen}), docs/engine-facts.md#sglang-width-generations")
     rule = reach_rule(version).with_overshoot(overshoot)
     s.add("overshoot", rule.overshoot, GIVEN if overshoot is not None else DEFAULT,
           "--overshoot" if overshoot is not None else rule.sources.get("overshoot", ""))

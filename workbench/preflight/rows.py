@@ -155,7 +155,7 @@ def allocator_rows(deployment: Deployment, device: str) -> list[Row]:
     fails = found.first_ok_free > needed
     failing = found.below if fails else None
     # The scheduler admits a batch when available_size() >= pages needed: an exactly full pool of a
-    # batch of two is a state any run with two requests can be in (spec section 4).
+    # batch of two is a state any run with two requests can be in (docs/semantics.md#exact-fit).
     reachable = fails and deployment.geometry.max_bs >= 2
     fix = Fix(gather.fixed_by, 0, 0, 0, 0.0, backends.gather_of(gather.fixed_by).change) if reachable and gather.fixed_by else None
     return [Row(
