@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--triton", action="store_true", default=None,
                       help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
+    conf.add_argument("--only", default="", help="comma-separated parts of function names: run only those rows "
+                                                 "(e.g. --only Scheduler,Req.,longest_step)")
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
@@ -364,7 +366,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
-                               triton=args.triton, out=out)
+                               triton=args.triton, out=out, only=[p for p in args.only.split(",") if p])
         selection = select_device(args.device)
         if args.device == "auto":  # say what was found, on stderr so the results stay clean
             print(f"workbench: {selection.summary}", file=sys.stderr)
