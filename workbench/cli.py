@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_flags(sweep)
     atlas = sub.add_parser("atlas", help="every backend x engine version x mode: can a real run fail, where, how")
     atlas.add_argument("--engine", help="comma-separated versions (default: every version data/engines.json holds)")
-    atlas.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    atlas.add_argument("--overshoot", type=int, default=None,
+                       help="a what-if: every run reaches ctx - 1 + N (default: the scheduler's reach per release, recipe, overlap)")
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")

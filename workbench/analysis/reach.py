@@ -281,8 +281,26 @@ def _scheduler_reach(rule: ReachRule, facts: SchedulerFacts, g: ServingGeometry,
         else:
             step = budget - 2
             terms.append("v1 draft-extend: unfinished requests only")
-    largest = max(1, min(step, bound))
+    largest = max(1, step)
+    if largest > bound:  # the engine gets there: its request-table row is too narrow for the step
+        terms.append(f"past the request table's {bound} for this mode (the request-table row overflows)")
     if rule.substituted:
         terms.append(f"facts of {rule.substituted}")
     conditions = (f"overlap {'on' if overlap else 'off'}",) + ((f"accept length {accept}",) if g.speculative and overlap else ())
     return Reach(largest, cap, largest - cap, bound, "; ".join(terms), conditions)
+
+
+def default_reach(engine: str, g: ServingGeometry, mode: Mode, step_id: int = 0, *, algorithm: str | None = None,
+                  overshoot: int | None = None) -> Reach:
+    """The reach at the release's defaults (overlap as it ships, a pool larger than the context), or the
+    what-if of an explicit ``overshoot``; the atlas's rows use it."""
+    rule = _rule_for(engine).with_overshoot(overshoot)
+    return reach(rule, g, mode, step_id, Conditions(algorithm=algorithm))
+
+
+def _rule_for(engine: str) -> ReachRule:
+    data = load_launch_data()
+    if engine in data.versions:
+        return reach_rule(data.versions[engine])
+    base = engine.split("+", 1)[0]
+    return reach_rule(data.versions[base]) if base in data.versions else reach_rule(data.version(data.newest["sglang"]))

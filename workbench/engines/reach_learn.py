@@ -22,6 +22,7 @@ and line. Both go into the ``reach`` section of ``data/engines/sglang/<version>.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -113,10 +114,8 @@ def worker_main() -> int:
     standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job["extra"]])
     modules: dict[str, Any] = checks.import_modules(("schedule_batch", "scheduler", "sampling_params"), {})
     for name in ("eagle_info", "ngram_info"):  # the verify inputs, where the release has these modules
-        try:
+        with contextlib.suppress(ImportError):
             modules[name] = importlib.import_module(f"sglang.srt.speculative.{name}")
-        except ImportError:
-            pass
     standins.strict()
     print(json.dumps(measure(modules)))
     return 0
@@ -154,9 +153,37 @@ def learn(engine: str) -> Path:
                                  wheel={"file": wheel.name, "sha256": digest})
 
 
+def engine_reach(modules: dict[str, Any], case: dict[str, Any]) -> int | None:
+    """The largest committed length any request reaches through the engine's functions: every input
+    length near the end of the context (each walked over every accept sequence), the longest step."""
+    ctx, accept = case["context_len"], case["max_accept"]
+    found = [scheduler_calls.longest_step(modules, {**case, "pool_tokens": case.get("pool_tokens"), "requested": None,
+                                                    "page_size": case.get("page_size", 1), "input_len": ctx - room})
+             for room in range(3, 3 * accept + 8)]
+    steps = [f for f in found if f is not None]
+    return max(steps) if steps else None
+
+
+def reach_main(cases: list[dict[str, Any]], engine: str) -> int:
+    """``--reach``: the engine's reach for each case (JSON on stdin), one JSON list on stdout."""
+    from workbench.engines import checks, standins
+
+    install = wheels.cached(engine)
+    if install is None:
+        raise SystemExit(f"{engine} is not cached")
+    checks.settle_torch_without_triton()
+    standins.install(install.package_dir, install.deps, [])
+    modules: dict[str, Any] = checks.import_modules(("schedule_batch", "scheduler", "sampling_params"), {})
+    standins.strict()
+    print(json.dumps([engine_reach(modules, case) for case in cases]))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:
         return worker_main()
+    if argv[:1] == ["--reach"]:
+        return reach_main(json.loads(sys.stdin.read()), argv[1])
     for engine in argv:
         print(f"{engine}: {learn(engine)}", flush=True)
     return 0
