@@ -22,7 +22,7 @@ import torch
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.backends import POOLED_BACKENDS, PooledBuffer, backend_of, pooled_backend_of
 from workbench.engines import model_calls as mc
-from workbench.engines import scheduler_checks
+from workbench.engines import scheduler_calls, scheduler_checks
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, Moved
@@ -65,7 +65,7 @@ MODULE_PATHS = {
     "spec_utils": "sglang.srt.speculative.spec_utils",
     "attn_utils": "sglang.kernels.ops.attention.utils",
     "cache_locs": "sglang.kernels.ops.speculative.cache_locs",
-    **scheduler_checks.ec.MODULE_PATHS,
+    **scheduler_calls.MODULE_PATHS,
 }
 
 

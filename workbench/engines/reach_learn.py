@@ -89,7 +89,7 @@ def _accept_fact(modules: dict[str, Any]) -> dict[str, Any]:
     """``max_accept`` from the verify inputs' ``max_tree_depth`` where the release has it."""
     eagle = getattr(modules.get("eagle_info"), "EagleVerifyInput", None)
     ngram = getattr(modules.get("ngram_info"), "NgramVerifyInput", None)
-    if not isinstance(getattr(eagle, "max_tree_depth", None), property):
+    if eagle is None or ngram is None or not isinstance(getattr(eagle, "max_tree_depth", None), property):
         return {}
     eagle_ok = ngram_ok = True
     for n in range(1, 17):

@@ -55,7 +55,8 @@ TOKENIZER = SimpleNamespace(encode=lambda text, add_special_tokens=False: [TOKEN
 def max_req_len(state: State) -> int:
     """``min(context_len - 1, pool_tokens - 1)``, as ``TpModelWorker`` computes it (read)."""
     pool = state.get("pool_tokens")
-    return state["context_len"] - 1 if pool is None else min(state["context_len"] - 1, pool - 1)
+    ctx = int(state["context_len"])
+    return ctx - 1 if pool is None else min(ctx - 1, int(pool) - 1)
 
 
 def new_req(m: Mapping[str, ModuleType], input_len: int, max_new_tokens: int | None) -> Any:

@@ -160,7 +160,7 @@ class _StandInLoader(importlib.abc.Loader):
         if spec.name == "triton":
             # Older than any real release: modules that compare it at import (the scheduler's mamba
             # kernels) take their no-triton branch instead of failing to import.
-            module.__version__ = "0.0.0"
+            module.__version__ = "0.0.0"  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:

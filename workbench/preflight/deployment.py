@@ -62,6 +62,7 @@ class Deployment:
     extra: Mapping[str, object] = field(default_factory=dict)  # engine-specific values (vLLM: dcp, lookahead)
     conditions: Conditions = field(default_factory=Conditions)  # overlap, the KV pool: what the reach depends on
     pool_estimated: bool = True  # the pool's size is an estimate (or unknown), not --max-total-tokens
+    pool_tokens: int | None = None  # the KV pool, given or estimated (None: unknown)
 
     @property
     def device_family(self) -> str:

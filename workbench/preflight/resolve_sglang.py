@@ -219,12 +219,14 @@ def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: 
               else rule.sources.get("overshoot", ""))
     overlap = _overlap(cmd, rule, geometry.speculative, s)
     pool = _pool(cmd, model_config, gpu, model, preset, kv, s)
-    conditions = Conditions(overlap=overlap[0], overlap_source=overlap[1], pool_tokens=pool.tokens,
-                            pool_source=pool.source, algorithm=algorithm)
+    # A given pool bounds every request (max_req_len); an estimated one only the batches it must hold.
+    given = None if pool.estimated else pool.tokens
+    conditions = Conditions(overlap=overlap[0], overlap_source=overlap[1], pool_tokens=given,
+                            pool_source=pool.source if given else "assumed larger than the context", algorithm=algorithm)
     graphs = not values.get("disable_cuda_graph", False)
     return Deployment(version, cmd, model_path, model, preset, device, geometry, (backend,), _modes(algorithm, steps),
                       graphs, rule, tuple(s.items), tuple(s.notes), kv, {"algorithm": algorithm}, conditions,
-                      pool.estimated)
+                      pool.estimated, pool.tokens)
 
 
 def _overlap(cmd: LaunchCommand, rule: ReachRule, speculative: bool, s: Settings) -> tuple[bool | None, str]:

@@ -263,7 +263,7 @@ def pooled_rows(deployment: Deployment, device: str) -> list[Row]:
                 outcome=result.outcome.value if result else "ok", message=result.error if result else None,
                 reach=where.largest_committed, margin=where.margin(first), reachable=reachable, bytes=size,
                 fix=fix, replay=check, reach_why=where.why, batch=batch if first is not None else None,
-                pool_needed=batch * first if first is not None else None, pool_tokens=deployment.conditions.pool_tokens,
+                pool_needed=batch * first if first is not None else None, pool_tokens=deployment.pool_tokens,
                 pool_holds=held[1], conditions=(*where.conditions, held[0]) if where.reaches(first) else (),
             ))
     return rows
@@ -277,7 +277,7 @@ def _pool_condition(deployment: Deployment, batch: int, first: int | None) -> tu
     if first is None:
         return "", None
     need = batch * first
-    pool = deployment.conditions.pool_tokens
+    pool = deployment.pool_tokens
     label = " (estimated)" if deployment.pool_estimated else ""
     if pool is None:
         return f"{batch} request{'s' if batch > 1 else ''} at {first} at once: {need} KV tokens (pool unknown)", None
