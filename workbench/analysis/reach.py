@@ -6,7 +6,7 @@ release (the facts in ``data/engines/sglang/<version>.json``, section ``reach``,
 the release's own functions: ``workbench/engines/scheduler_calls.py``):
 
 * ``max_req_len = min(ctx - 1, pool - 1)``; a request's ``max_new_tokens`` is clipped to
-  ``max_req_len - input_len - 1`` and, from 0.5.21, to what an empty pool holds
+  ``max_req_len - input_len - 1`` and, from 0.5.14, to what an empty pool holds
   (``pool - cdiv(input_len, ps) * ps - ps - 1``). So a request holds at most
   ``T = min(ctx - 2, pool - 2[, pool - ps - 1])`` tokens, input and outputs together.
 * A request is finished once it has ``max_new_tokens`` outputs. Without overlap scheduling every
@@ -228,7 +228,9 @@ def longest_step(facts: SchedulerFacts, *, input_len: int, max_new_tokens: int, 
     accept = max_accept if speculative else 1
     if not overlap:
         return offset + m - 1 if m >= 2 else None
-    largest_processed = m - 2 if facts.inflight_skip else m - 1  # o must satisfy o (+ 1) < M
+    # o must satisfy o < M, or o + 1 < M with the skip; but the batch formed while the prefill is in
+    # flight (o = 0) runs whatever M is unless skipped: finishing is only checked on a processed result.
+    largest_processed = m - 2 if facts.inflight_skip else max(m - 1, 0)
     if largest_processed < 0:
         return None
     if largest_processed == 0:

@@ -3,7 +3,7 @@
 Three of the scheduler's functions decide how long a request gets, and each runs on a CPU:
 
 * ``Scheduler.init_req_max_new_tokens``: clips a request's ``max_new_tokens`` to
-  ``max_req_len - input_len - 1`` (and, from 0.5.21, to what an empty KV pool holds);
+  ``max_req_len - input_len - 1`` (and, from 0.5.14, to what an empty KV pool holds);
 * ``Req.update_finish_state`` (``Req.check_finished`` before 0.5.14): a request is finished once it
   has ``max_new_tokens`` outputs;
 * ``Scheduler._reqs_finishing_inflight`` (0.5.22 on): the overlap loop leaves out of the next batch
