@@ -5,8 +5,8 @@ The engine's side is ``scheduler_calls.py``; the model's side is ``workbench.ana
 the release's learned facts (``data/engines/sglang/<version>.json``, section ``reach``), which the
 conformance parent passes in the job's behaviour (``reach_facts``). States are seeded per row:
 
-* clipping: context 64 .. 1M, a pool absent or near the context, page sizes 1 .. 256, inputs
-  anywhere up to past the cap, a requested ``max_new_tokens`` or none;
+* clipping: context 64 .. 1M, a pool absent or near the context, page sizes 1 .. 256, inputs up to
+  what the scheduler admits (``max_req_len - 5``), a requested ``max_new_tokens`` or none;
 * finish: ``max_new_tokens`` 0 .. 64, outputs and an accept length around it;
 * skip: outputs around ``max_new_tokens - 1``;
 * longest step: one request whose input leaves ``max_new_tokens`` 0 .. 3 * a_max + 4, decode or
@@ -48,9 +48,11 @@ def clip_states(rng: random.Random, count: int) -> Iterator[State]:
     for _ in range(count):
         ctx = rng.choice(CONTEXTS) if rng.random() < 0.3 else int(2 ** rng.uniform(6, 20))
         pool = None if rng.random() < 0.4 else max(2, ctx + rng.randint(-ctx // 2, ctx // 4))
-        top = ctx if pool is None else min(ctx, pool)
+        # Inputs the scheduler admits: shorter than max_req_input_len = max_req_len - 5 (tp_worker.py:572);
+        # longer ones are aborted before clipping (0.5.10 would clip them to a negative count).
+        top = max(1, (ctx if pool is None else min(ctx, pool)) - 1 - 5)
         state = {"context_len": ctx, "pool_tokens": pool, "page_size": rng.choice((1, 1, 16, 64, 128, 256)),
-                 "input_len": rng.randint(1, top + 2) if rng.random() < 0.5 else max(1, top - rng.randint(0, 300)),
+                 "input_len": rng.randint(1, top) if rng.random() < 0.5 else max(1, top - rng.randint(0, 300)),
                  "requested": None if rng.random() < 0.5 else rng.randint(1, 2 * ctx)}
         yield state
 
