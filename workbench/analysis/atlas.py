@@ -127,10 +127,15 @@ def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) ->
 def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
-    where = default_reach(config.engine, g, case.mode, case.step_id, overshoot=overshoot,
+    # Draft-extend at the batch's committed length: the serving run that confirms a row walks committed
+    # lengths, not the extend window (the preflight's draft-extend rows add D: ``reach``).
+    mode = Mode.TARGET_VERIFY if case.mode is Mode.DRAFT_EXTEND else case.mode
+    where = default_reach(config.engine, g, mode, case.step_id, overshoot=overshoot,
                           algorithm="NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None)
-    # A serving run cannot be walked past the request table: the row's runs stop at its bound.
-    reachable = min(where.largest_committed, where.table_bound)
+    # A serving run (``confirm_by_run``: verify steps) cannot be walked past the request table: the
+    # row's reach stops at the table's bound in its mode and at a verify's W - D.
+    walkable = g.max_committed_len(Mode.TARGET_VERIFY) if g.speculative else where.table_bound
+    reachable = min(where.largest_committed, where.table_bound, walkable)
     margin = margin_of(first, reachable)
     status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
     engine_bytes = buffer_bytes(case.component, g, case.rule, case.mode)
