@@ -22,6 +22,7 @@ import torch
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.backends import POOLED_BACKENDS, PooledBuffer, backend_of, pooled_backend_of
 from workbench.engines import model_calls as mc
+from workbench.engines import scheduler_calls, scheduler_checks
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, Moved
@@ -41,6 +42,8 @@ class Check:
     # function -> the workbench backend whose model the row runs, where that model stands for the
     # versions whose entry in data/engines.json lists the backend only (the worker skips the others)
     backends: Mapping[str, str] = field(default_factory=dict)
+    # True: the row's model needs no data/engines.json entry (it runs for every listed release)
+    any_release: bool = False
 
     def needs_triton(self, function: str) -> bool:
         return function in self.triton
@@ -62,6 +65,7 @@ MODULE_PATHS = {
     "spec_utils": "sglang.srt.speculative.spec_utils",
     "attn_utils": "sglang.kernels.ops.attention.utils",
     "cache_locs": "sglang.kernels.ops.speculative.cache_locs",
+    **scheduler_calls.MODULE_PATHS,
 }
 
 
@@ -739,5 +743,6 @@ CHECKS = (
                                          "kv_indices.create_flashinfer_kv_indices_triton[target-verify]"), _pooled_pairs,
           triton=("cache_locs.generate_draft_decode_kv_indices",
                   "kv_indices.create_flashinfer_kv_indices_triton[target-verify]")),
+    Check(scheduler_checks.MODULES, scheduler_checks.FUNCTIONS, scheduler_checks.pairs, any_release=True),
 )
 

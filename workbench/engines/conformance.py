@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.engines import wheels
+from workbench.engines import learned, releases, wheels
 from workbench.engines.versions import DEFAULT_VERSIONS
 
 Row = dict[str, Any]
@@ -43,6 +43,7 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
     if not engine.startswith("sglang=="):  # the worker loads SGLang's functions; vLLM's run elsewhere
         raise ValueError(f"engine: {engine!r} is not an SGLang version: this command runs SGLang's functions; "
                          "vLLM's own code is checked by tests/test_vllm.py (tests/vllm_released.py, cached wheels)")
+    reach = {"engine": engine, "reach_facts": learned.section(engine.split("+", 1)[0], "reach")}
     for version in data.get("versions", []):
         if version.get("engine") == engine:
             entries = version.get("conformance", {})
@@ -50,9 +51,13 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
             settings["backends"] = {backend: {name: entry["value"] for name, entry in fields.items()}
                                     for backend, fields in version.get("backends", {}).items()}
             load = {name: entries[name]["value"] for name in SPECIAL if name in entries}
-            return settings, load
+            return {**settings, **reach}, load
+    if releases.is_listed(engine):  # a listed release without buffer data: the scheduler rows still run
+        return {**reach, "backends": {}, "unmodelled": f"{engine} has no entry in data/engines.json "
+                "(only the rows whose model needs none run)"}, {}
     known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
-    raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
+    raise ValueError(f"engine: {engine!r} is neither a modelled version ({known}) nor a release listed in "
+                     "data/engines/releases.json")
 
 
 def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool | None = None,
@@ -125,13 +130,13 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
-         out: IO[str] | None = None) -> int:
+         out: IO[str] | None = None, only: Sequence[str] = ()) -> int:
     """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
     out = out or sys.stdout
     rows: list[Row] = []
     for engine in engines:
         try:
-            found = run_version(engine, states=states, seed=seed, triton=triton)
+            found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
         except (wheels.FetchError, ValueError) as error:
             print(f"workbench conformance: {error}", file=sys.stderr)
             return 2

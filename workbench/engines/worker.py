@@ -73,6 +73,8 @@ def _wanted(job: dict[str, Any], function: str) -> bool:
 def _unmodelled(job: dict[str, Any], check: checks.Check, function: str) -> str | None:
     """Why ``function``'s model does not stand for this version, or None: its backend is not in
     the version's entry in data/engines.json (checked before the row's module is imported)."""
+    if job["behaviour"].get("unmodelled") and not check.any_release:
+        return str(job["behaviour"]["unmodelled"])
     backend = check.backends.get(function)
     listed = job["behaviour"].get("backends")
     if backend is None or listed is None or backend in listed:
