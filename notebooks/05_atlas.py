@@ -28,8 +28,9 @@
 # Words (the README's glossary has more): the **first failing length** is the smallest committed
 # length `s` whose step fails, found by the closed form and confirmed by executing that step and the
 # one below on real tensors. The **reachable length** is the largest committed length a run replays:
-# the scheduler's cap `ctx - 1` plus an **overshoot** of a few tokens (multi-token acceptance, the
-# overlap scheduler; the spec sees one and two in crash reports). **Margin** = first failing -
+# the scheduler's reach for the release, recipe and overlap default (`workbench.analysis.reach`: one
+# verify in flight can add the recipe's largest accept length), capped at what the request table
+# holds; `overshoot` N >= 0 replaces it by the what-if `ctx - 1 + N`. **Margin** = first failing -
 # reachable - 1: negative means a real run gets there. Every row is then run again
 # (`run_confirmed`): a reachable failure by a run that hits it, a margin or a safe row by a run that
 # gets to the reachable length with every step passing (SGLang: a seeded serving run; vLLM: a request
@@ -40,7 +41,7 @@ device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
 output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
 engines = []  # engine versions of data/engines.json; empty: every version
 presets = []  # model presets of data/presets.json; empty: every preset
-overshoot = 2  # committed tokens a run may pass ctx - 1 for one step
+overshoot = -1  # -1: the scheduler's reach per release and recipe; N >= 0: a what-if, ctx - 1 + N
 confirm_runs = True  # run every row again (a failure must be hit, a margin run to the cap)
 
 # %%
@@ -53,7 +54,7 @@ output_dir = check.check_output_dir(output_dir)
 engines = check.check_choices("engines", engines, load_versions()) if engines else ()
 all_presets = {p.name: p for p in load_presets()}
 chosen = [all_presets[n] for n in check.check_choices("presets", presets, all_presets)] if presets else list(all_presets.values())
-overshoot = check.check_int("overshoot", overshoot, 0, 1024)
+overshoot = check.check_int("overshoot", overshoot, -1, 1024)
 confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 
 # %%
@@ -67,7 +68,7 @@ from workbench.present.report import save_figure
 pio.renderers.default = "plotly_mimetype+notebook"
 pd.set_option("display.width", 200)
 
-frame = run_atlas(list(engines) or None, overshoot=overshoot, device=device, presets=chosen)
+frame = run_atlas(list(engines) or None, overshoot=None if overshoot < 0 else overshoot, device=device, presets=chosen)
 if not engines:  # vLLM's buffers, at the public crash reports' deployments
     frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
 summary = summarize(frame)

@@ -46,7 +46,9 @@ def test_sglang_0_5_23_agrees_on_every_function() -> None:
         if row["skipped"]:
             assert function in TRITON_ROWS, f"{function} skipped: {row['skipped']}"
             continue
-        assert row["states"] >= 1000, f"{function}: only {row['states']} states"
+        # the loop rows walk every accept sequence of a request: a tenth of the states (plus the named ones)
+        wanted = 100 if function.startswith("longest_step") else 1000
+        assert row["states"] >= wanted, f"{function}: only {row['states']} states"
         assert row["agree"] == row["states"], f"{function}: {json.dumps(row['first_disagreement'])[:2000]}"
     assert len([r for r in rows if not r["skipped"]]) >= 16
     for function in POOLED_HOST_ROWS:  # pure Python: they run without triton

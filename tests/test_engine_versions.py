@@ -1,7 +1,8 @@
 """Engine versions as data (issue 11, item 2): a case or sweep naming ``engine`` takes the
 version's rule, width generation and replay; fields it gives itself win.
 
-Expected values are engines.md's worked cases for SGLang 0.5.23 (section 1, points 1-3).
+Expected values are the worked cases of docs/engine-facts.md for SGLang 0.5.23 (width generations,
+Ascend block tables, DSA page table).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def test_the_dsa_table_of_0523_is_w_wide_and_replays_static() -> None:
            "mode": "target-verify", "engine": V0523, "seq_lens": [90001]}
     case = parse_case(glm)
     assert isinstance(case, TableCase) and (case.rule, case.replay) == ("req-to-token", Replay.STATIC)
-    assert probe(case).buffer_width == 90000 + 75  # G3: extra 75 for the GLM-5.2 recipe (spec section 1)
-    # engines.md section 1.3: with B patched back to ctx + D, the static replay is a silent over-read
+    assert probe(case).buffer_width == 90000 + 75  # G3: extra 75 for the GLM-5.2 recipe (docs/semantics.md#width-generations)
+    # docs/engine-facts.md#sglang-dsa-page-table: with B patched back to ctx + D, the static replay is a silent over-read
     patched = probe(parse_case({**glm, "rule": "context-plus-draft"}))
     assert patched.outcome.value == "silent-overread"
 

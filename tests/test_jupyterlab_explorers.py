@@ -407,7 +407,7 @@ STEPS = {
              _line_has("context_length 4096 given", "exit status 0")),
         Step("engine dropdown -> the first fix reverted",
              lambda p: choose(p, "engine", "sglang==0.5.23+revert-ascend-width"),
-             # the spec's closed form for the pre-fix table: verify fails first at ctx - D + 1
+             # the closed form for the pre-fix table (docs/semantics.md#first-failing-length): verify fails first at ctx - D + 1
              _line_has("exit status 1", f"target-verify at committed length {4096 - 16 + 1}")),
     ],
 }

@@ -1,6 +1,6 @@
 """workbench check: launch commands resolved as the engine would, rows and verdicts of the seeds.
 
-Expected values come from the spec's worked cases (spec sections 1-4), engines.md (what 0.5.23
+Expected values come from the worked cases of docs/semantics.md, docs/engine-facts.md (what 0.5.23
 does, what vLLM 0.23.0 / 0.33.0 do) and the engines' source as quoted there, never from the code
 under test.
 """
@@ -47,22 +47,23 @@ def _setting(result_or_deployment: object, name: str) -> object:
 def test_qwq_before_the_fix_fails_in_verify_at_32753_and_exits_1() -> None:
     status, text = _run(["check", "--engine", PRE_ASCEND, "--", *QWQ.split()])
     assert status == 1
-    assert QWQ_ERROR in text  # spec section 2's message
+    assert QWQ_ERROR in text  # the Ascend seed's message
     row = next(line for line in text.splitlines() if line.strip().startswith("block_tables"))
     assert "target-verify" in row and "32753" in row and "shape-error" in row and "REACHED" in row
-    assert "fix: rule context-plus-draft" in text and "257 pages" in text  # the first seed's fix, spec section 2
+    assert "fix: rule context-plus-draft" in text and "257 pages" in text  # the first seed's fix
 
 
 def test_qwq_under_0_5_23_exits_0_with_the_margin() -> None:
     result = check(QWQ, engine="sglang==0.5.23")
     assert result.status == SAFE
     (row,) = [r for r in result.rows if r.kind == "table"]
-    # engines.md 1.2: B = 257 pages under G3 (W 32927) first fails at s = 32881; a run reaches
-    # ctx - 1 + 2 = 32769 (the cap, spec section 1, and the default overshoot of 2)
-    assert (row.width, row.first_failing, row.reach, row.margin) == (257, 32881, 32769, 112)
-    assert not row.reachable and "margin 112" in result.verdict
+    # docs/engine-facts.md#sglang-ascend-block-tables: B = 257 pages under G3 (W 32927) first fails at s = 32881; a run reaches 32779,
+    # what 0.5.23's own scheduler functions give NGRAM 16 with overlap on (tests/test_reach.py runs
+    # them); margin = first - reach - 1
+    assert (row.width, row.first_failing, row.reach, row.margin) == (257, 32881, 32779, 101)
+    assert not row.reachable and "margin 101" in result.verdict
     status, text = _run(["check", "--engine", "sglang==0.5.23", "--", *QWQ.split()])
-    assert status == 0 and "+112" in text
+    assert status == 0 and "+101" in text
 
 
 def test_qwq_ngram_defaults_come_from_the_source_and_the_npu_refusal_is_said() -> None:
@@ -78,7 +79,9 @@ def test_glm_eagle_dsa_before_and_after_the_second_fix() -> None:
     before = check(GLM, engine="sglang==0.5.23+revert-dsa-width")
     assert before.status == FAILS
     verify = next(r for r in before.rows if r.mode == "target-verify")
-    # spec section 3: B = ctx + D = 90006, a verify at s = 90001 (reached: ctx - 1 + 2) raises
+    # docs/semantics.md#dynamic-and-static-replay-the-dsa-page-table: B = ctx + D = 90006, a verify at
+    # s = 90001 (reached: EAGLE (5, 1, 6) with overlap,
+    # ctx - 5 + 6, as the scheduler's functions give for an accept length of 6 in tests/test_reach.py) raises
     assert (verify.width, verify.first_failing, verify.message, verify.reach) == (90006, 90001, GLM_ERROR, 90001)
     assert verify.fix is not None and verify.fix.rule == "req-to-token" and verify.fix.width == 90075  # W under G3
     after = check(GLM, engine="sglang==0.5.23")
@@ -99,7 +102,7 @@ def test_eagle_without_steps_takes_the_engines_auto_parameters() -> None:
     # speculative_hook.py 109-116 (NEXTN is EAGLE), 1430-1470: (3, 1, 4) for GlmMoeDsaForCausalLM
     g = d.geometry
     assert (g.spec_steps, g.spec_topk, g.draft_tokens) == (3, 1, 4)
-    assert g.context_len == 1048576  # the GLM-5.2 preset (spec section 6)
+    assert g.context_len == 1048576  # the GLM-5.2 preset (docs/engine-facts.md#realistic-settings)
 
 
 def test_npu_forces_ascend_and_page_128() -> None:
@@ -119,7 +122,7 @@ def test_cuda_mha_default_backend_by_gpu() -> None:
 
 
 def test_fa3_deployment_reaches_its_silent_overread() -> None:
-    # engines.md 2: FA3's page_table is cdiv(ctx, ps) wide, a verify at the cap reads s + D past it
+    # docs/engine-facts.md#sglang-fa3-page-table: cdiv(ctx, ps) wide, a verify at the cap reads s + D past it
     result = check("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 8192 "
                    "--speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1")
     verify = next(r for r in result.rows if r.mode == "target-verify")
@@ -147,7 +150,7 @@ def test_flashinfer_eagle_draft_buffers_assert_within_steps_of_the_context_end()
     step row written last needs topk * (s + steps) per request, checked by assert_buffer_fits: a full
     bucket (32) fails from s = 32768 - 5 + 1, inside the reach ctx - 1 + 2; the eager buffer, sized
     per call, for one request at the same length."""
-    result = check(EAGLE_TOPK4)
+    result = check(EAGLE_TOPK4 + " --max-total-tokens 2000000")  # a pool that holds the full bucket
     rows = {r.mode: r for r in result.rows if r.kind == "pooled"}
     assert result.status == FAILS and set(rows) == {"draft-decode", "draft-decode-eager", "target-verify"}
     graph, eager = rows["draft-decode"], rows["draft-decode-eager"]
@@ -175,7 +178,7 @@ def test_allocator_before_the_third_fix_reaches_the_exact_fit() -> None:
     result = check(QWQ, engine="sglang==0.5.23+revert-npu-clamp")
     row = next(r for r in result.rows if r.kind == "allocator")
     assert (row.rule, row.outcome, row.reachable) == ("npu-legacy", "index-error", True)
-    assert row.message == "index 1 is out of bounds for dimension 0 with size 1"  # spec section 4
+    assert row.message == "index 1 is out of bounds for dimension 0 with size 1"  # the allocator seed
     assert row.fix is not None and row.fix.rule == "npu-clamped"
     assert result.status == FAILS
 
@@ -189,12 +192,12 @@ def test_the_46074_command_is_parsed_and_resolved(engine: str, cap_source: str) 
     d = resolve(VLLM_46074, engine=engine)
     g = d.geometry
     assert (d.model_path, g.context_len, g.page_size, g.draft_tokens) == ("zai-org/GLM-5.2-FP8", 350000, 64, 1)
-    assert d.extra["method"] == "mtp" and d.extra["lookahead"] == 1  # k for MTP (engines.md 4)
+    assert d.extra["method"] == "mtp" and d.extra["lookahead"] == 1  # k for MTP (docs/engine-facts.md#vllm-limits-near-max-model-len)
     assert d.extra["dcp_size"] == 1 and d.extra["max_num_batched_tokens"] == 8192  # the server default, >= 70 GiB
     assert d.launch_names == ("dsa-indexer",)
     assert d.reach_rule.cap_offset == 1 and d.reach_rule.overshoot == 0 and d.reach_rule.clamps_reads
     assert d.reach_rule.sources["committed_cap"].endswith(cap_source)
-    # the expand error's numbers (engines.md 5): the aligned table and the unaligned buffer
+    # the expand error's numbers (docs/engine-facts.md#vllm-46074): the aligned table and the unaligned buffer
     assert -(-g.context_len // g.page_size) == 5469
 
 
@@ -240,7 +243,7 @@ def test_json_output_is_one_object_with_the_rows() -> None:
 def test_overshoot_flag_moves_the_reach() -> None:
     result = check(GLM, engine="sglang==0.5.23+revert-dsa-width", overshoot=1)
     verify = next(r for r in result.rows if r.mode == "target-verify")
-    assert verify.reach == 90000 and not verify.reachable and verify.margin == 1  # one token short of 90001
+    assert verify.reach == 90000 and not verify.reachable and verify.margin == 0  # first - reach - 1: 90001 is next
     assert "overshoot" in format_text(result) and to_json(result)["status"] == 0
 
 
@@ -269,7 +272,7 @@ def test_the_preflight_box_redraws_on_change() -> None:
     _, text, (version, button), out = box.children[0], box.children[1], box.children[2].children, box.children[3]
     assert "exit status 1" in out.outputs[0]["text"] and "32753" in out.outputs[0]["text"]
     version.value = "sglang==0.5.23"
-    assert "exit status 0" in out.outputs[-1]["text"] and "+112" in out.outputs[-1]["text"]
+    assert "exit status 0" in out.outputs[-1]["text"] and "+101" in out.outputs[-1]["text"]
     text.value = "vllm serve"
     assert "exit status 2" in out.outputs[-1]["text"]
     text.value = QWQ
@@ -347,7 +350,7 @@ def test_every_launch_default_names_where_it_was_read() -> None:
 
 
 @pytest.mark.parametrize("config, k, lookahead", [
-    ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', 4, 0),  # engines.md 4: 0 for ngram
+    ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', 4, 0),  # 0 for ngram
     ('{"method": "eagle3", "num_speculative_tokens": 3, "model": "x/y"}', 3, 3),  # k for EAGLE
     ('{"method": "dflash", "num_speculative_tokens": 8, "model": "x/y"}', 8, 9),  # k + 1 for DFlash
 ])

@@ -114,7 +114,7 @@ def test_config_without_context_length_or_architectures(tmp_path: Path, capsys: 
 
 def test_a_config_json_gives_the_context_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The engine's rule (hf_transformers/common.py 668-694): the first key present, times the
-    rope factor; so 32768 * 4 = 131072 for QwQ with YaRN (spec section 6)."""
+    rope factor; so 32768 * 4 = 131072 for QwQ with YaRN (docs/engine-facts.md#realistic-settings)."""
     config = tmp_path / "config.json"
     config.write_text('{"architectures": ["Qwen2ForCausalLM"], "max_position_embeddings": 32768, '
                       '"rope_scaling": {"type": "yarn", "factor": 4.0}, "num_hidden_layers": 64, '

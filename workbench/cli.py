@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_flags(sweep)
     atlas = sub.add_parser("atlas", help="every backend x engine version x mode: can a real run fail, where, how")
     atlas.add_argument("--engine", help="comma-separated versions (default: every version data/engines.json holds)")
-    atlas.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    atlas.add_argument("--overshoot", type=int, default=None,
+                       help="a what-if: every run reaches ctx - 1 + N (default: the scheduler's reach per release, recipe, overlap)")
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
@@ -114,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--triton", action="store_true", default=None,
                       help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
+    conf.add_argument("--only", default="", help="comma-separated parts of function names: run only those rows "
+                                                 "(e.g. --only Scheduler,Req.,longest_step)")
     _add_engines_flags(sub.add_parser("engines", help="engine releases: list them, learn one from its own code"))
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
@@ -409,7 +412,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
-                               triton=args.triton, out=out)
+                               triton=args.triton, out=out, only=[p for p in args.only.split(",") if p])
         if args.command == "engines":  # engine code runs in worker processes; no device here
             return _engines(args, out)
         selection = select_device(args.device)

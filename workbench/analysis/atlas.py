@@ -32,6 +32,9 @@ from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
 from workbench.analysis.probe import table_case_problem
+from workbench.analysis.reach import default_reach
+from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
+from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
 from workbench.engines.versions import EngineVersion, load_versions
@@ -40,7 +43,7 @@ from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
 
 COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
-DEFAULT_OVERSHOOT = 2  # spec section 1: overshoots of one and two tokens are seen in crash reports
+DEFAULT_OVERSHOOT: int | None = None  # None: the scheduler's reach; an integer is a what-if (ctx - 1 + it)
 CHUNK = 100
 STATUS_ORDER = ("reachable", "unreachable", "safe")  # worst first
 
@@ -116,22 +119,30 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
     return out
 
 
-def _rows(configs: Sequence[AtlasConfig], overshoot: int, device: str) -> list[dict[str, object]]:
+def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) -> list[dict[str, object]]:
     """One chunk's rows (a top-level function, so process pools can run it)."""
     with one_torch_thread():
         found = fast_boundaries([c.case for c in configs], device=device)
         return [_row(c, f.first_failing_seq_len, f.failing, overshoot) for c, f in zip(configs, found)]
 
 
-def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int) -> dict[str, object]:
+def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
-    reachable = backend.reachable_len(g, case.mode, case.step_id, overshoot=overshoot)
-    margin = None if first is None else first - reachable - 1
-    status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
+    # Draft-extend at the batch's committed length: the serving run that confirms a row walks committed
+    # lengths, not the extend window (the preflight's draft-extend rows add D: ``reach``).
+    mode = Mode.TARGET_VERIFY if case.mode is Mode.DRAFT_EXTEND else case.mode
+    where = default_reach(config.engine, g, mode, case.step_id, overshoot=overshoot,
+                          algorithm="NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None)
+    # A serving run (``confirm_by_run``: verify steps) cannot be walked past the request table: the
+    # row's reach stops at the table's bound in its mode and at a verify's W - D.
+    walkable = g.max_committed_len(Mode.TARGET_VERIFY) if g.speculative else where.table_bound
+    reachable = min(where.largest_committed, where.table_bound, walkable)
+    margin = margin_of(first, reachable)
+    status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
     engine_bytes = buffer_bytes(case.component, g, case.rule, case.mode)
     safe_bytes = min_safe_bytes(case.component, g, case.mode)
-    kv_budget = g.max_bs * g.context_len * config.setting.preset.kv_bytes_per_token  # this setting's KV cache
+    kv_budget = kv_budget_bytes(g.max_bs, g.context_len, config.setting.preset.kv_bytes_per_token)  # this setting's
     return {
         "engine": config.engine, "backend": config.backend, "rule": case.rule, "width_gen": g.width_gen,
         "replay": case.replay.value, "mode": case.mode.value, "step_id": case.step_id,
@@ -143,7 +154,8 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
         "error": failing.error if failing is not None else None,
         "reachable_len": reachable, "margin": margin, "status": status,
         "engine_bytes": engine_bytes, "safe_bytes": safe_bytes, "extra_bytes": max(0, safe_bytes - engine_bytes),
-        "kv_budget_bytes": kv_budget, "extra_share_of_kv": max(0, safe_bytes - engine_bytes) / kv_budget,
+        "kv_budget_bytes": kv_budget, "extra_share_of_kv": kv_share(safe_bytes - engine_bytes, kv_budget),
+        "reach_why": where.why, "scheduler_reach": where.largest_committed,
     }
 
 
@@ -155,10 +167,10 @@ def full_atlas(engines: Sequence[str] | None = None, **kwargs: object) -> pd.Dat
     return pd.concat([frame, case_backend_rows(str(kwargs.get("device", "cpu")))], ignore_index=True)
 
 
-def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_OVERSHOOT, device: str = "cpu",
+def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = DEFAULT_OVERSHOOT, device: str = "cpu",
               executor: Executor | None = None, presets: Sequence[ModelPreset] | None = None) -> pd.DataFrame:
     """One row per backend, version, setting and mode (see the module note)."""
-    if isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= 1024:
+    if overshoot is not None and (isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= 1024):
         raise ValueError(f"overshoot: {overshoot!r} is out of range (allowed: integers 0 to 1024)")
     versions = load_versions()
     for engine in engines or ():
@@ -176,7 +188,7 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_
 
 
 def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
-                 overshoot: int) -> list[dict[str, object]]:
+                 overshoot: int | None) -> list[dict[str, object]]:
     """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version
     (releases whose data give a buffer the same rule, check and width generation share its rows)."""
     presets = list(presets) if presets is not None else load_presets()

@@ -1,4 +1,5 @@
-"""The atlas over every release: releases whose data give a backend the same fields share its rows.
+"""The atlas over every release: releases whose data give a backend the same fields, and whose
+scheduler reaches the same lengths, share its rows.
 
 Forty-odd SGLang releases carry a handful of distinct rules per backend (FA3's is ``context`` in
 every one of them), so the atlas configures, executes and runs each backend's rows once per
@@ -10,6 +11,7 @@ same state as any other release's with identical data.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -27,13 +29,32 @@ def default_versions() -> list[EngineVersion]:
     return [v for v in load_versions().values() if v.pseudo is None and "+" not in v.engine]
 
 
+@functools.lru_cache(maxsize=256)
+def reach_key(engine: str) -> str:
+    """What a release's reach rests on (its scheduler's facts, or the constant standing in for
+    them), without its name: releases with the same key reach the same committed lengths."""
+    import dataclasses
+
+    from workbench.analysis.reach import _rule_for
+
+    try:
+        rule = dataclasses.asdict(_rule_for(engine))
+    except (KeyError, ValueError) as error:  # no launch data at all: the rows say so when they are made
+        return f"unknown: {error}"
+    rule.pop("engine", None)
+    rule.pop("sources", None)
+    if rule.get("scheduler"):
+        rule["scheduler"].pop("sources", None)
+    return json.dumps(rule, sort_keys=True, default=str)
+
+
 def _key(version: EngineVersion, component: str, keys: Sequence[str]) -> str:
     fields: dict[str, object]
     if component == POOLED:
         fields = {b.name: dict(version.fields.get(b.name, {})) for b in backends.POOLED_BACKENDS}
     else:
         fields = {k: v for k, v in version.fields.get(component, {}).items() if k in keys}
-    return json.dumps([fields, version.common.get("width_gen")], sort_keys=True)
+    return json.dumps([fields, version.common.get("width_gen"), reach_key(version.engine)], sort_keys=True)
 
 
 def _has(version: EngineVersion, component: str) -> bool:

@@ -56,8 +56,18 @@ def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not engine.startswith("sglang=="):  # the worker loads SGLang's functions; vLLM's run elsewhere
         raise ValueError(f"engine: {engine!r} is not an SGLang version: this command runs SGLang's functions; "
                          "vLLM's own code is checked by tests/test_vllm.py (tests/vllm_released.py, cached wheels)")
+    from workbench.engines import learned, releases, versions
+
+    # what the scheduler rows need, for every release (``reach_facts``: its learned reach section)
+    reach = {"engine": engine, "reach_facts": learned.section(engine.split("+", 1)[0], "reach")}
+    if engine not in versions.load_versions():
+        if not releases.is_listed(engine):
+            engine_version(engine)  # raises, naming the modelled versions
+        # a listed release without buffer data: only the rows whose model needs none run
+        return {**reach, "backends": {}, "unmodelled": f"{engine} has no learned buffer data "
+                "(only the rows whose model needs none run)"}, {}
     version = engine_version(engine)
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = dict(reach)
     unlearned: dict[str, str] = {}
     for setting in ("width_gen", *WHERE, "cuda_gather", "cuda_merge_bound"):
         settings[setting], why = _fact_value(version, setting)

@@ -101,13 +101,13 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
-         out: IO[str] | None = None) -> int:
+         out: IO[str] | None = None, only: Sequence[str] = ()) -> int:
     """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
     out = out or sys.stdout
     rows: list[Row] = []
     for engine in engines:
         try:
-            found = run_version(engine, states=states, seed=seed, triton=triton)
+            found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
         except (wheels.FetchError, ValueError) as error:
             print(f"workbench conformance: {error}", file=sys.stderr)
             return 2

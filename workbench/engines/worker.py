@@ -39,7 +39,7 @@ def compare(engine: str, function: str, pairs: Iterable[tuple[State, Callable[[]
     for state, engine_side, model_side in pairs:
         got, want = engine_side(), model_side()
         states += 1
-        if "seed" in state:  # the spec's seed cases: say what the engine's own code gave
+        if "seed" in state:  # the seed cases: say what the engine's own code gave
             seeds.append({"seed": state["seed"], "outcome": got["outcome"], "error": got.get("error"),
                           "agree": got == want})
         if got == want:
@@ -71,11 +71,13 @@ def _wanted(job: dict[str, Any], function: str) -> bool:
 
 
 def _unmodelled(job: dict[str, Any], check: checks.Check, function: str) -> str | None:
-    """Why ``function``'s model does not stand for this version, or None: a setting its model
-    needs was not learned, or its backend is not in the version's learned data (checked before
-    the row's module is imported)."""
+    """Why ``function``'s model does not stand for this version, or None: the release has no
+    buffer data (only the rows that need none run), a setting its model needs was not learned, or
+    its backend is not in the release's learned data (checked before the row's module is imported)."""
     from workbench.engines.behaviour import unlearned_reason
 
+    if job["behaviour"].get("unmodelled") and not check.any_release:
+        return str(job["behaviour"]["unmodelled"])
     missing = unlearned_reason(job["engine"], function, job.get("unlearned", {}))
     if missing is not None:
         return missing

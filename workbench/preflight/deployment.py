@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.analysis.memory import ModelPreset, load_presets
-from workbench.analysis.reach import ReachRule
+from workbench.analysis.reach import Conditions, ReachRule
+from workbench.analysis.verdict_numbers import kv_budget_bytes
 from workbench.engines.launch import LaunchData, LaunchVersion, ModelInfo, load_launch_data
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.preflight.command import LaunchCommand
@@ -59,6 +60,9 @@ class Deployment:
     notes: tuple[str, ...] = ()
     kv_bytes_per_token: int | None = None
     extra: Mapping[str, object] = field(default_factory=dict)  # engine-specific values (vLLM: dcp, lookahead)
+    conditions: Conditions = field(default_factory=Conditions)  # overlap, the KV pool: what the reach depends on
+    pool_estimated: bool = True  # the pool's size is an estimate (or unknown), not --max-total-tokens
+    pool_tokens: int | None = None  # the KV pool, given or estimated (None: unknown)
 
     @property
     def device_family(self) -> str:
@@ -66,10 +70,8 @@ class Deployment:
 
     @property
     def kv_budget_bytes(self) -> int | None:
-        """The KV cache of a full graph batch: ``max_bs`` requests of ``ctx`` tokens."""
-        if self.kv_bytes_per_token is None:
-            return None
-        return self.geometry.max_bs * self.geometry.context_len * self.kv_bytes_per_token
+        """The KV cache of a full graph batch (``verdict_numbers.kv_budget_bytes``)."""
+        return kv_budget_bytes(self.geometry.max_bs, self.geometry.context_len, self.kv_bytes_per_token)
 
 
 class Settings:

@@ -116,10 +116,15 @@ SGLANG_FLAGS = (
     Flag(("--schedule-conservativeness",), "schedule_conservativeness", "float", 0.0, None),
     Flag(("--device",), "device", "choice", choices=SGLANG_DEVICES),
     Flag(("--disable-cuda-graph",), "disable_cuda_graph", "bool"),
+    # What the reach and the KV pool depend on (the scheduler's loop order; the pool's size)
+    Flag(("--disable-overlap-schedule",), "disable_overlap_schedule", "bool"),
+    Flag(("--max-total-tokens",), "max_total_tokens", "int", 1, 1 << 40),
+    Flag(("--mem-fraction-static",), "mem_fraction_static", "float", 0.0, 1.0),
+    Flag(("--tp-size", "--tp"), "tp_size", "int", 1, 1024),
 )
 SGLANG_IGNORED_VALUE = (
-    "--tp-size", "--tp", "--dp-size", "--dp", "--ep-size", "--pp-size", "--host", "--port", "--mem-fraction-static",
-    "--max-running-requests", "--max-total-tokens", "--chunked-prefill-size", "--served-model-name", "--dtype",
+    "--dp-size", "--dp", "--ep-size", "--pp-size", "--host", "--port",
+    "--max-running-requests", "--chunked-prefill-size", "--served-model-name", "--dtype",
     "--kv-cache-dtype", "--quantization", "--speculative-draft-model-path", "--speculative-draft-model",
     "--speculative-draft-model-revision", "--speculative-draft-attention-backend", "--log-level", "--tokenizer-path",
     "--revision", "--nnodes", "--node-rank", "--dist-init-addr", "--reasoning-parser", "--tool-call-parser",
@@ -129,7 +134,7 @@ SGLANG_IGNORED_VALUE = (
 )
 SGLANG_IGNORED_BOOL = (
     "--trust-remote-code", "--disable-radix-cache", "--enable-metrics", "--enable-dp-attention",
-    "--disable-overlap-schedule", "--enable-torch-compile", "--skip-server-warmup", "--enable-mixed-chunk",
+    "--enable-torch-compile", "--skip-server-warmup", "--enable-mixed-chunk",
     "--disable-custom-all-reduce", "--enable-ep-moe", "--enable-cache-report", "--disable-shared-experts-fusion",
 )
 

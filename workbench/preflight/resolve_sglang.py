@@ -8,9 +8,14 @@ is the version's, from ``data/launch_defaults.json``, with its file:lines.
 
 from __future__ import annotations
 
-from workbench.analysis.reach import reach_rule
+import json
+from pathlib import Path
+
+from workbench.analysis.memory import ModelPreset
+from workbench.analysis.reach import Conditions, ReachRule, reach_rule
 from workbench.engines.launch import LaunchVersion, ModelInfo
 from workbench.model.geometry import Mode
+from workbench.preflight import pool as kv_pool
 from workbench.preflight.command import LaunchCommand
 from workbench.preflight.deployment import (
     DEFAULT,
@@ -203,13 +208,59 @@ def resolve_sglang(cmd: LaunchCommand, version: LaunchVersion, *, model_config: 
     s.given_or("schedule_conservativeness", cmd, "schedule_conservativeness", _value(version, "schedule_conservativeness"),
                _src(version, "schedule_conservativeness"))
     width_gen = str(version.backend_fields("*").get("width_gen", "g1"))
-    s.add("width_gen", width_gen, DEFAULT, version.backend_source("*", "width_gen") or "g1: the spec's generation")
+    s.add("width_gen", width_gen, DEFAULT,
+          version.backend_source("*", "width_gen") or "g1: the oldest generation (docs/semantics.md#width-generations)")
     geometry = check_geometry(context_len=context_len, page_size=page_size, draft_tokens=draft, spec_steps=steps,
                               spec_topk=topk, draft_has_kv=has_kv, max_bs=max_bs, width_gen=width_gen)
-    s.add("request_table_width", geometry.request_table_width, DEFAULT, f"W = ctx + extra ({width_gen}), engines.md 1.1")
+    s.add("request_table_width", geometry.request_table_width, DEFAULT,
+          f"W = ctx + extra ({width_gen}), docs/engine-facts.md#sglang-width-generations")
     rule = reach_rule(version).with_overshoot(overshoot)
-    s.add("overshoot", rule.overshoot, GIVEN if overshoot is not None else DEFAULT,
-          "--overshoot" if overshoot is not None else rule.sources.get("overshoot", ""))
+    if rule.overshoot is not None:
+        s.add("overshoot", rule.overshoot, GIVEN if overshoot is not None else DEFAULT,
+              "--overshoot (a what-if: the reach is ctx - 1 plus it)" if overshoot is not None
+              else rule.sources.get("overshoot", ""))
+    overlap = _overlap(cmd, rule, geometry.speculative, s)
+    pool = _pool(cmd, model_config, gpu, model, preset, kv, s)
+    # A given pool bounds every request (max_req_len); an estimated one only the batches it must hold.
+    given = None if pool.estimated else pool.tokens
+    conditions = Conditions(overlap=overlap[0], overlap_source=overlap[1], pool_tokens=given,
+                            pool_source=pool.source if given else "assumed larger than the context", algorithm=algorithm)
     graphs = not values.get("disable_cuda_graph", False)
     return Deployment(version, cmd, model_path, model, preset, device, geometry, (backend,), _modes(algorithm, steps),
-                      graphs, rule, tuple(s.items), tuple(s.notes), kv, {"algorithm": algorithm})
+                      graphs, rule, tuple(s.items), tuple(s.notes), kv, {"algorithm": algorithm}, conditions,
+                      pool.estimated, pool.tokens)
+
+
+def _overlap(cmd: LaunchCommand, rule: ReachRule, speculative: bool, s: Settings) -> tuple[bool | None, str]:
+    """Overlap scheduling: off with --disable-overlap-schedule, else the release's default (learned)."""
+    if cmd.flags.values.get("disable_overlap_schedule"):
+        s.add("overlap_schedule", False, GIVEN, "--disable-overlap-schedule")
+        return False, "--disable-overlap-schedule"
+    default = rule.overlap_default(speculative)
+    if default is None:
+        return None, ""
+    assert rule.scheduler is not None
+    source = rule.scheduler.sources.get("overlap_default", "")
+    s.add("overlap_schedule", default, DEFAULT, f"{rule.scheduler.engine}: {source}")
+    return default, f"the default of {rule.scheduler.engine}"
+
+
+def _pool(cmd: LaunchCommand, model_config: str | None, gpu: str, model: ModelInfo, preset: ModelPreset | None,
+          kv: int | None, s: Settings) -> kv_pool.Pool:
+    values = cmd.flags.values
+    weights = preset.weights_bytes if preset else None
+    if model_config is not None and weights is None:
+        config = json.loads(Path(model_config).read_text())  # read once already by resolve_model
+        weights = kv_pool.dense_weights_bytes(config) if isinstance(config, dict) else None
+    memory = float(str(launch_data().gpus[gpu]["memory_gib"]))
+    fraction = values.get("mem_fraction_static")
+    found = kv_pool.estimate(max_total_tokens=_int(values.get("max_total_tokens")), gpu=gpu, gpu_memory_gib=memory,
+                             mem_fraction=float(str(fraction)) if fraction is not None else None, weights_bytes=weights,
+                             kv_bytes_per_token=kv, tp=_int(values.get("tp_size")) or 1, mla=model.attention == "mla")
+    s.add("kv_pool_tokens", found.tokens if found.tokens is not None else "unknown",
+          GIVEN if not found.estimated else WORKBENCH, found.source)
+    return found
+
+
+def _int(value: object) -> int | None:
+    return int(str(value)) if value is not None else None

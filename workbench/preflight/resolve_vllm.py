@@ -12,8 +12,8 @@ What sets tables up (``launch_names``): a DSA model has the sparse indexer's exp
 table (``"dsa-indexer"``, vLLM's ``v1/attention/backends/mla/indexer.py``). The vLLM backends
 declare that name in ``TableBackend.launch_names``; the registry picks them (``vllm_backends``).
 The v1 block table itself leaves no room for drafts but is never read past its row (the
-scheduler and the drafter clamp, engines.md section 4), so a deployment without DSA sets up no
-table the workbench models.
+scheduler and the drafter clamp, docs/engine-facts.md#vllm-limits-near-max-model-len), so a deployment
+without DSA sets up no table the workbench models.
 """
 
 from __future__ import annotations
