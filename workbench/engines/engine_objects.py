@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
@@ -76,6 +77,16 @@ def make(cls: type, attributes: Mapping[str, Any]) -> Any:
     return obj
 
 
+@functools.cache
+def _init_tree(init: Any) -> tuple[ast.AST, int] | None:
+    """The parsed source of an ``__init__`` and its first line (parsed once per class)."""
+    try:
+        lines, start = inspect.getsourcelines(init)
+    except (OSError, TypeError):
+        return None
+    return ast.parse(textwrap.dedent("".join(lines))), start
+
+
 def _init_assignment(cls: type, name: str, have: Callable[[str], bool]) -> tuple[ast.expr, str, dict[str, Any]] | None:
     """The first ``self.<name> = <expr>`` in the ``__init__`` of ``cls`` or its bases whose
     expression reads only ``self``'s attributes the object has and the module's globals."""
@@ -83,11 +94,10 @@ def _init_assignment(cls: type, name: str, have: Callable[[str], bool]) -> tuple
         init = klass.__dict__.get("__init__")
         if init is None or not inspect.isfunction(init):
             continue
-        try:
-            lines, start = inspect.getsourcelines(init)
-        except (OSError, TypeError):
+        parsed = _init_tree(init)
+        if parsed is None:
             continue
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree, start = parsed
         module_globals = init.__globals__
         for node in ast.walk(tree):
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
@@ -148,11 +158,16 @@ def call_filling(obj: Any, method: str, *args: Any, package_root: str = "", limi
 def _set_at_run_time(module: Any, name: str) -> bool:
     """Whether ``name`` is a global of ``module`` that a function assigns (``global NAME``) and
     the module's top level does not: set when the server starts, absent here."""
+    return name in _declared_global(module)
+
+
+@functools.cache
+def _declared_global(module: Any) -> frozenset[str]:
     try:
         tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError):
-        return False
-    return any(isinstance(node, ast.Global) and name in node.names for node in ast.walk(tree))
+        return frozenset()
+    return frozenset(n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names)
 
 
 def tensors_of(obj: Any, depth: int = 3) -> dict[str, tuple[int, ...]]:

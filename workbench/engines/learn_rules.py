@@ -80,6 +80,6 @@ def name_candidate(results: Mapping[str, Mapping[str, Any]], *, function: str, *
                              **more)
     closest = max(ran, key=lambda name: ran[name]["agree"])
     first = ran[closest]["first_disagreement"]
-    finding = (f"no candidate agrees; the closest, {closest}, on {ran[closest]['agree']} of {ran[closest]['states']}"
-               f" (first disagreement: engine {str(first['engine'])[:200]}, model {str(first['model'])[:200]})")
+    finding = (f"no candidate agrees; {closest} agreed longest, on its first {ran[closest]['agree']} states"
+               f" (then: engine {str(first['engine'])[:200]}, model {str(first['model'])[:200]})")
     return measured_fact(None, function, states, finding=finding, **more)

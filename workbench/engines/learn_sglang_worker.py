@@ -9,7 +9,8 @@ engine's own code gave:
 * ``sizing``: ``get_req_to_token_extra_context_len`` (or the statements that compute the same
   number inline in an older release, ``statements``) over the sizing states;
 * ``check``: a conformance row run once per candidate behaviour: which candidates agree on every
-  state (the models' side runs here too: both need the release's request tables);
+  state (the models' side runs here too: both need the release's request tables); a candidate
+  stops at its first disagreement;
 * ``step``: the engine side of a conformance row at given states (the boundary states), its answers.
 
 It is a session: the first line on stdin names the release's folders, then each line is a task
@@ -172,10 +173,10 @@ def _check(task: Result) -> Result:
             for state, engine_side, model_side in check.pairs(task["function"], modules, behaviour, rng, task["count"]):
                 got, want = engine_side(), model_side()
                 states += 1
-                if got == want:
-                    agree += 1
-                elif first is None:
+                if got != want:  # this candidate is out: its other states cannot make it agree
                     first = {"state": state, "engine": shown(got), "model": shown(want)}
+                    break
+                agree += 1
         except Exception as error:  # noqa: BLE001 - a candidate whose states cannot be made
             found[name] = {"error": one_line(error)}
             continue
