@@ -209,3 +209,30 @@ def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], s
     if merge["value"] is not None:
         merge["value"] = merge["value"] == "true"
     return {"cuda_gather": gather, "cuda_merge_bound": merge}
+
+
+def finish_all(*, root: Path, progress: Progress) -> list[str]:
+    """Drop this learner's section from every ``.postN`` whose modelled values (every field a case
+    takes, the width generation) are its base release's: a .postN is kept where it changes one."""
+    from workbench.engines.releases import releases
+    from workbench.engines.versions import from_learned
+
+    def modelled(engine: str) -> tuple[object, object] | None:
+        section = (learned.load_from(engine, root) or {}).get("sections", {}).get(SECTION)
+        if section is None:
+            return None
+        version = from_learned(engine, section, "")
+        return version.fields, version.common
+
+    notes = []
+    for engine in releases("sglang"):
+        base = engine.split(".post")[0]
+        if base == engine or modelled(engine) is None:
+            continue
+        if modelled(engine) == modelled(base):
+            learned.drop_section(engine, SECTION, root=root)
+            notes.append(f"{engine}: its modelled values are {base}'s: its {SECTION} section is not kept")
+            progress(notes[-1])
+        else:
+            notes.append(f"{engine}: kept, it changes a modelled value of {base}")
+    return notes
