@@ -54,8 +54,8 @@ MODULE_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 INLINE_EXTRA = ("ReqToTokenPool", "max_context_len")  # where older releases size the request table inline
 GRID_KEYS = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "max_bs")
 SIZING_KEYS = ("page_size", "algorithm", "draft_tokens", "spec_steps", "spec_topk")
-LEARN_STATES = 120  # random states per candidate behaviour (the seeds and grid boundaries come on top)
-LEARN_STATES_TRITON = 60  # the same for a row whose engine side is an interpreted Triton kernel (slow)
+LEARN_STATES = 60  # random states per candidate behaviour (the seeds and grid boundaries come on top)
+LEARN_STATES_TRITON = 30  # the same for a row whose engine side is an interpreted Triton kernel (slow)
 
 
 def locate_modules(wheel: Wheel) -> dict[str, Found | None]:
