@@ -132,8 +132,8 @@ def learn_table_widths(session: Sessions, wheel: Wheel, progress: Progress) -> d
         points = [(s, w) for s, w in answer.get("points", [])]
         if not points:
             error = answer.get("error") or (answer.get("first_error") or {}).get("error", "no point measured")
-            facts[probe.component] = {"rule": lr.measured_fact(None, function, 0, found=found.where,
-                                                               finding=f"the engine's code did not run: {error}")}
+            facts[probe.component] = {"rule": not_made(error, function, found) or lr.measured_fact(
+                None, function, 0, found=found.where, finding=f"the engine's code did not run: {error}")}
             progress(f"{probe.component}: not measured ({error[:80]})")
             continue
         more: dict[str, Any] = {"found": found.where}
@@ -145,6 +145,15 @@ def learn_table_widths(session: Sessions, wheel: Wheel, progress: Progress) -> d
         facts[probe.component] = {"rule": lr.name_rule(points, rules, function=function, keys=GRID_KEYS, **more)}
         progress(f"{probe.component}: {facts[probe.component]['rule']['value']} ({len(points)} states)")
     return facts
+
+
+def not_made(error: str, function: str, found: Found) -> dict[str, Any] | None:
+    """The absent fact of a buffer the sizing method ran without making (``WidthProbe.read``'s
+    LookupError), or None for any other error."""
+    if not error.startswith("LookupError: ") or " made no " not in error:
+        return None
+    return lr.absent_fact(f"{function} ran and made no such buffer ({error.removeprefix('LookupError: ')[:300]})",
+                          f"{function} at {found.where}")
 
 
 def ask_width(session: Sessions, probe: str, found: Found, wheel: Wheel) -> dict[str, Any]:

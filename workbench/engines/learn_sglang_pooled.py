@@ -26,7 +26,7 @@ from workbench.backends.pooled import multi_step_draft
 from workbench.engines import learn_rules as lr
 from workbench.engines import sglang_pooled_widths as spw
 from workbench.engines.learn_session import Sessions
-from workbench.engines.learn_sglang_buffers import ask_width
+from workbench.engines.learn_sglang_buffers import ask_width, not_made
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.sglang_widths import WidthProbe
 from workbench.engines.states import geometry_of
@@ -86,7 +86,8 @@ def _rule(session: Sessions, wheel: Wheel, probe: WidthProbe, where: Found) -> d
     points = [(s, w) for s, w in answer.get("points", []) if applies(s)]
     if not points:
         error = answer.get("error") or (answer.get("first_error") or {}).get("error", "no point measured")
-        return lr.measured_fact(None, function, 0, found=where.where, finding=f"the engine's code did not run: {error}")
+        return not_made(error, function, where) or lr.measured_fact(
+            None, function, 0, found=where.where, finding=f"the engine's code did not run: {error}")
     rules = {rule: _capacity(probe.component, probe.key, rule) for rule in pooled_backend_of(probe.component).buffer(probe.key).rules}
     more: dict[str, Any] = {"found": where.where}
     if answer.get("notes"):

@@ -31,17 +31,30 @@ from workbench.engines.states import State, geometry_of
 RECORDED = "recorded_kv_indices"  # where the recorder keeps the buffer an eager call was handed
 
 
+def _plain_read_plan(state: State) -> SimpleNamespace:
+    """The row source a drafter's kernel reads in the plain case (``kv_index_translator.read_source``
+    from 0.5.23): the token table itself, its row stride its width, no page translation."""
+    width = geometry_of(state).request_table_width
+    table = torch.zeros((state["max_bs"] + 1, width), dtype=torch.int32, device="meta")
+    plan = SimpleNamespace(row_ids=torch.zeros(state["max_bs"], dtype=torch.int64, device="meta"), ids=table,
+                           row_stride=width, entry_page_size=1, v2p=None)
+    return SimpleNamespace(read_source=lambda *args, **kwargs: plan)
+
+
 def _drafter(module: ModuleType, cls: type, state: State) -> Any:
     obj = _made(module, cls, state)
     obj.attn_backends = [stand_ins() for _ in range(state["spec_steps"])]
     obj.kv_indptr = torch.zeros((state["spec_steps"], state["max_bs"] * state["spec_topk"] + 1), dtype=torch.int32)
+    # no sliding draft window, the plain read plan: what a drafter without those features keeps
+    obj.draft_window_size, obj.draft_sink_size, obj.window_rail = 0, 0, False
+    obj.kv_index_translator = _plain_read_plan(state)
     return obj
 
 
 def _recording_drafter(module: ModuleType, cls: type, state: State) -> Any:
     obj = _drafter(module, cls, state)
 
-    def record(forward_batch: Any, kv_indices_buffer: torch.Tensor, call_fn: Any) -> None:
+    def record(forward_batch: Any, kv_indices_buffer: torch.Tensor, call_fn: Any, **more: Any) -> None:
         setattr(obj, RECORDED, kv_indices_buffer)
     obj.common_template = record
     return obj
@@ -52,6 +65,7 @@ def eager_batch(state: State, seq_lens_sum: int | None = None) -> SimpleNamespac
     n, topk = state["max_bs"], state["spec_topk"]
     table = torch.zeros((n + 1, geometry_of(state).request_table_width), dtype=torch.int32, device="meta")
     return SimpleNamespace(batch_size=n, seq_lens_sum=n if seq_lens_sum is None else seq_lens_sum, spec_info=None,
+                           kv_loc_plan=None,
                            req_pool_indices=torch.zeros(n, dtype=torch.int64, device="meta"),
                            req_to_token_pool=SimpleNamespace(req_to_token=table),
                            seq_lens=torch.zeros(n, dtype=torch.int64, device="meta"),
@@ -60,9 +74,9 @@ def eager_batch(state: State, seq_lens_sum: int | None = None) -> SimpleNamespac
 
 def _verify(module: ModuleType, cls: type, state: State) -> Any:
     obj = _made(module, cls, state)
-    # what __init__ allocates for the eager path and the graph buffers reuse
-    obj.kv_indptr = [torch.zeros(state["max_bs"] + 1, dtype=torch.int32)]
-    obj.qo_indptr = [torch.zeros(state["max_bs"] + 1, dtype=torch.int32)]
+    # what __init__ allocates for the eager path and the graph buffers reuse (one row per wrapper)
+    obj.kv_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
+    obj.qo_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
     obj.kv_last_page_len = torch.ones(state["max_bs"], dtype=torch.int32)
     return obj
 

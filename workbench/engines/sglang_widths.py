@@ -57,6 +57,16 @@ def _dsa(module: ModuleType, cls: type, state: State) -> Any:
     return b
 
 
+def _aiter_paged(module: ModuleType, cls: type, state: State) -> Any:
+    """AITER with the page-table decode (its unified verify reads that table), and the indptr
+    rows its ``__init__`` allocates."""
+    obj = _made(module, cls, state)
+    obj.decode_uses_page_table = True
+    obj.kv_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
+    obj.qo_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
+    return obj
+
+
 def _graph_args(state: State) -> tuple[int, int]:
     """``(max_bs, max_num_tokens)`` as the graph runner passes them: query rows per request
     times ``max_bs`` (D in a verify graph with speculation, one otherwise)."""
@@ -116,6 +126,7 @@ TABLE_PROBES = (
     WidthProbe("sglang-flashmla-page-table", ("FlashMLABackend",), "cuda_graph_kv_indices", "pages", page_sizes=(64,)),
     WidthProbe("sglang-trtllm-mla-page-table", ("TRTLLMMLABackend",), "decode_cuda_graph_kv_indices", "pages",
                older_names=("cuda_graph_kv_indices",)),
+    WidthProbe("sglang-aiter-page-table", ("AiterAttnBackend",), "cuda_graph_page_table", "pages", setup=_aiter_paged),
 )
 
 
