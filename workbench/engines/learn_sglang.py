@@ -26,7 +26,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 5"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 6"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -150,13 +150,13 @@ def _learn_dsa(session: Sessions, modules: dict[str, Found | None], backends: di
     base = {"width_gen": "g3", "dsa_rule": rule}
     dsa["replay"] = lb.learn_behaviour(session, modules, "DeepseekSparseAttnBackend.replay[target-verify]", "replay",
                                        {r: {**base, "dsa_replay": r, "dsa_draft_extend_rows": "draft-tokens"}
-                                        for r in ("dynamic", "static")}, say)
+                                        for r in ("dynamic", "static")}, say, module_key="dsa")
     replay = dsa["replay"]["value"]
     if replay is not None:
         dsa["draft_extend_rows"] = lb.learn_behaviour(
             session, modules, "DeepseekSparseAttnBackend.replay[draft-extend]", "draft_extend_rows",
             {rows: {**base, "dsa_replay": replay, "dsa_draft_extend_rows": rows}
-             for rows in ("accept-length", "draft-tokens")}, say)
+             for rows in ("accept-length", "draft-tokens")}, say, module_key="dsa")
 
 
 def _on_overflow(session: Sessions, modules: dict[str, Found | None], component: str, function: str, rule: str,
@@ -175,7 +175,9 @@ def _on_overflow(session: Sessions, modules: dict[str, Found | None], component:
                                 finding=f"the replay refuses {reference['mode']} below the boundary too: {at[0]['error']}")
     outcome = lb.outcome_of(answer["answers"][0], reads_past=first is not None)
     say(f"{component}: {outcome} at {states[0]['seq_lens'][0]} ({reference['reference']})")
-    return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at)
+    where = modules["ascend" if "Ascend" in function else "dsa"]
+    return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at,
+                            **({"found": where.where} if where else {}))
 
 
 def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
@@ -184,8 +186,7 @@ def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: 
     if found is None:
         return lr.absent_fact(f"no class {searched} in the wheel", searched)
     fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_decode", "gather",
-                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say)
-    fact["found"] = found.where
+                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, module_key="npu_alloc")
     fact["seed"] = SEED_DECODE["seed"]
     return fact
 
@@ -200,12 +201,13 @@ def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], s
     if wheels.triton_dir() is None:
         return {}
     gather = lb.learn_behaviour(session, modules, function, "cuda_gather",
-                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say, triton=True)
+                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say, triton=True,
+                                module_key="paged")
     if gather["value"] is None:
         return {"cuda_gather": gather}
     merge = lb.learn_behaviour(session, modules, "PagedTokenToKVPoolAllocator.alloc_extend[triton]", "cuda_merge_bound",
                                {str(bound).lower(): {"cuda_gather": gather["value"], "cuda_merge_bound": bound}
-                                for bound in (True, False)}, say, triton=True)
+                                for bound in (True, False)}, say, triton=True, module_key="paged")
     if merge["value"] is not None:
         merge["value"] = merge["value"] == "true"
     return {"cuda_gather": gather, "cuda_merge_bound": merge}

@@ -171,7 +171,8 @@ def ask_width(session: Sessions, probe: str, found: Found, wheel: Wheel) -> dict
 # ---- behaviours named by conformance rows ----------------------------------------------------
 
 def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], function: str, key: str,
-                    candidates: Mapping[str, Mapping[str, Any]], progress: Progress, triton: bool = False) -> Facts:
+                    candidates: Mapping[str, Mapping[str, Any]], progress: Progress, triton: bool = False,
+                    module_key: str = "") -> Facts:
     """The candidate behaviour under which conformance row ``function`` agrees on every state
     (``triton``: a row whose engine side is a Triton kernel, run by the triton worker)."""
     task = {"name": f"{function} ({key})", "kind": "check", "function": function, "module_paths": module_paths(found),
@@ -182,10 +183,11 @@ def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], functi
         return lr.measured_fact(None, function, 0, finding=f"its Triton kernel did not run: {session.triton_error}")
     if "error" in answer:
         return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
+    where = {"found": found[module_key].where} if found.get(module_key) else {}
     try:
-        fact = lr.name_candidate(answer["candidates"], function=function)
+        fact = lr.name_candidate(answer["candidates"], function=function, **where)
     except ValueError as error:
-        return lr.measured_fact(None, function, 0, finding=str(error))
+        return lr.measured_fact(None, function, 0, finding=str(error), **where)
     progress(f"{key}: {fact['value']} ({fact['states']} states of {function})")
     return fact
 
