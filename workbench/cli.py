@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--backend", help="comma-separated backends (default: every one)")
     hist.add_argument("--json", action="store_true", help="one JSON object per release and deployment")
     conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")
-    conf.add_argument("--engine", default="sglang==0.5.23", help="NAME==VERSION, several comma-separated (default sglang==0.5.23)")
+    conf.add_argument("--engine", default="sglang==0.5.23",
+                      help="NAME==VERSION, several comma-separated; a bare name (sglang) is every learned release of it "
+                           "(default sglang==0.5.23)")
+    conf.add_argument("--summary", action="store_true", help="one line per release instead of one per function")
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
     conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
     conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
@@ -412,7 +415,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
-                               triton=args.triton, out=out, only=[p for p in args.only.split(",") if p])
+                               triton=args.triton, out=out, only=[p for p in args.only.split(",") if p],
+                               summary=args.summary)
         if args.command == "engines":  # engine code runs in worker processes; no device here
             return _engines(args, out)
         selection = select_device(args.device)

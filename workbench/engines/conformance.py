@@ -100,12 +100,35 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def expand(engines: Sequence[str]) -> list[str]:
+    """``NAME==VERSION`` as given; a bare engine name (``sglang``) stands for every release of it
+    with learned buffer data, oldest first."""
+    from workbench.engines.versions import measured_releases
+
+    out: list[str] = []
+    for engine in engines:
+        out += measured_releases(engine) if "==" not in engine else [engine]
+    return out
+
+
+def summary_table(rows: Sequence[Row]) -> str:
+    """One line per release: rows run, states, states agreeing, rows skipped."""
+    lines = [f"{'release':<18} {'rows run':>8} {'states':>8} {'agree':>8} {'skipped':>8}  disagreeing rows"]
+    for engine in dict.fromkeys(row["engine"] for row in rows):
+        mine = [row for row in rows if row["engine"] == engine]
+        ran = [row for row in mine if not row["skipped"]]
+        bad = [row["function"] for row in ran if row["agree"] != row["states"]]
+        lines.append(f"{engine:<18} {len(ran):>8} {sum(r['states'] for r in ran):>8} {sum(r['agree'] for r in ran):>8} "
+                     f"{len(mine) - len(ran):>8}  {', '.join(bad) or '-'}")
+    return "\n".join(lines)
+
+
 def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
-         out: IO[str] | None = None, only: Sequence[str] = ()) -> int:
+         out: IO[str] | None = None, only: Sequence[str] = (), summary: bool = False) -> int:
     """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
     out = out or sys.stdout
     rows: list[Row] = []
-    for engine in engines:
+    for engine in expand(engines):
         try:
             found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
         except (wheels.FetchError, ValueError) as error:
@@ -117,5 +140,5 @@ def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, trito
                 print(json.dumps(row), file=out, flush=True)
         rows.extend(found)
     if not as_json:
-        print(format_table(rows), file=out)
+        print(summary_table(rows) if summary else format_table(rows), file=out)
     return 1 if any(disagrees(row) for row in rows) else 0

@@ -8,9 +8,9 @@ candidate and its first disagreement) or several (the grid does not tell them ap
 Behaviours that are compared answer by answer (a replay, a gather) are named the same way by
 ``name_candidate`` from each candidate's agreement counts.
 
-Worked example: widths 8 and 9 measured at ``(ctx 1000, ps 128, D 0)`` and ``(ctx 1000, ps 128,
-D 16)``: ``cdiv(ctx, ps)`` gives 8 and 8, ``(ctx + ps - 1 + D) // ps`` gives 8 and 9, so the
-second is named.
+Worked example: widths 8 and 9 measured at ``(ctx 1020, ps 128, D 0)`` and ``(ctx 1020, ps 128,
+D 16)``: ``cdiv(ctx, ps)`` gives 8 and 8, ``(ctx + ps - 1 + D) // ps`` gives 8 and 9 (1163 // 128),
+so the second is named.
 """
 
 from __future__ import annotations
