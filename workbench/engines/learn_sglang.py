@@ -26,7 +26,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 6"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 7"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]

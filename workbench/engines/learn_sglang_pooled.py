@@ -145,6 +145,8 @@ def _combined(rule: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
     """One fact for the buffer: measured when both parts were, read when the check was read."""
     value = {"rule": rule["value"], "check": check["value"]} if rule["value"] and check["value"] else None
     fact = {**rule, "value": value, "rule": rule, "check": check}
+    if value is None and rule["value"] is not None:  # the rule is known, the check is not: say why
+        fact["finding"] = f"the check: {check.get('finding') or check.get('reason')}"
     if check.get("how") == "read" and value is not None:
         fact.update(how="read", source=check["source"], reason=f"the check: {check['reason']}; the rule: measured "
                     f"by {rule['function']} on {rule['states']} states")
