@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
     hist = sub.add_parser("history", help="per backend and mode, release by release: what a reference deployment meets")
     hist.add_argument("--engine", default="sglang", help="the engine whose releases (default sglang)")
-    hist.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    hist.add_argument("--overshoot", type=int, default=None,
+                      help="a what-if: a run reaches ctx - 1 + N (default: each release's scheduler's reach)")
     hist.add_argument("--backend", help="comma-separated backends (default: every one)")
     hist.add_argument("--json", action="store_true", help="one JSON object per release and deployment")
     conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")

@@ -7,8 +7,9 @@ models at a reference deployment: the seeds' three (QwQ-32B NGRAM on Ascend, GLM
 DSA, the NPU allocator's exact-fit decode) and one per other backend (ctx 32768, EAGLE 5/1/6 or,
 for the pooled buffers of topk-aware drafters, EAGLE 5/4/8, at the backend's first page size).
 Each cell is the first failing committed length (closed form, the step there and one below
-executed), its outcome, and whether a run reaches it (``status``: ``reachable``, ``unreachable``,
-``safe``), or why there is nothing to say: the release has no such buffer (``absent``), its code
+executed), its outcome, and whether a run of that release reaches it (its scheduler's reach,
+``analysis/reach.py``, or ``ctx - 1 + overshoot`` as a what-if; ``status``: ``reachable``,
+``unreachable``, ``safe``), or why there is nothing to say: the release has no such buffer (``absent``), its code
 gave widths no rule of the model agrees with (``not modelled``), or it was not learned.
 
 Nothing here is typed in per release: a fix shows up where a release's learned rule changes.
@@ -25,14 +26,15 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis.boundary import fast_boundary
+from workbench.analysis.reach import default_reach
 from workbench.analysis.records import probe_record
 from workbench.analysis.seeds import EXACT_FIT, GLM_DSA, QWQ_NPU
+from workbench.analysis.verdict_numbers import reached
 from workbench.engines.releases import releases
 from workbench.engines.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 
-DEFAULT_OVERSHOOT = 2
 STATUSES = ("reachable", "unreachable", "safe", "absent", "not modelled", "not learned")
 EAGLE_CHAIN = {"draft_tokens": 6, "spec_steps": 5, "spec_topk": 1, "draft_has_kv": True}
 EAGLE_TREE = {"draft_tokens": 8, "spec_steps": 5, "spec_topk": 4, "draft_has_kv": True}
@@ -86,34 +88,44 @@ def _geometry(reference: Reference, width_gen: str) -> ServingGeometry:
 
 
 @functools.lru_cache(maxsize=4096)
-def _table_cell(component: str, rule: str, replay: str, mode: str, step_id: int, geometry: ServingGeometry,
-                overshoot: int) -> dict[str, Any]:
+def _table_boundary(component: str, rule: str, replay: str, mode: str, step_id: int,
+                    geometry: ServingGeometry) -> tuple[int | None, str, str | None]:
+    """The first failing committed length (closed form, executed there and one below), its outcome
+    and torch's message: the same for every release with the same rule, replay and geometry."""
     backend = backends.backend_of(component)
     case = TableCase(component=backend.label, geometry=geometry, rule=rule, mode=Mode.parse(mode), step_id=step_id,
                      replay=Replay.parse(replay), seq_lens=(1,))
     found = fast_boundary(case)
-    reach = backend.reachable_len(geometry, case.mode, step_id, overshoot=overshoot)
-    first = found.first_failing_seq_len
-    return {"first_failing": first, "outcome": found.failing.outcome.value if found.failing else "ok",
-            "error": found.failing.error if found.failing else None, "reachable_len": reach,
-            "status": "safe" if first is None else "reachable" if first <= reach else "unreachable"}
+    failing = found.failing
+    return found.first_failing_seq_len, failing.outcome.value if failing else "ok", failing.error if failing else None
 
 
 @functools.lru_cache(maxsize=4096)
-def _pooled_cell(component: str, key: str, rule: str, check: str, geometry: ServingGeometry,
-                 overshoot: int) -> dict[str, Any]:
+def _pooled_boundary(component: str, key: str, rule: str, check: str,
+                     geometry: ServingGeometry) -> tuple[int | None, str, str | None]:
+    """The worst batch's first failing committed length (closed form; the batch executed there and
+    one below), its outcome and message."""
     buffer = backends.pooled_backend_of(component).buffer(key)
     first = buffer.first_failure(geometry, rule)
-    reach = buffer.reachable_len(geometry, overshoot=overshoot)
     if first is None:
-        return {"first_failing": None, "outcome": "ok", "error": None, "reachable_len": reach, "status": "safe"}
+        return None, "ok", None
     batch = buffer.worst_batch(geometry)
     failing = buffer.probe(geometry, rule, check, [first] * batch)
     below = buffer.probe(geometry, rule, check, [first - 1] * batch)
     if not failing.outcome.failed or below.outcome.failed:
         raise AssertionError(f"{component} {key}: the closed form's boundary {first} did not execute as predicted")
-    return {"first_failing": first, "outcome": failing.outcome.value, "error": failing.error, "reachable_len": reach,
-            "status": "reachable" if first <= reach else "unreachable"}
+    return first, failing.outcome.value, failing.error
+
+
+def _reached(release: str, geometry: ServingGeometry, mode: Mode, step_id: int, overshoot: int | None,
+             first: int | None, outcome: str, error: str | None, algorithm: str | None) -> dict[str, Any]:
+    """The cell: the boundary against the release's own reach (its scheduler's, or ``ctx - 1 +
+    overshoot`` as a what-if), capped at what the request table holds in the mode."""
+    where = default_reach(release, geometry, Mode.TARGET_VERIFY if mode is Mode.DRAFT_EXTEND else mode, step_id,
+                          overshoot=overshoot, algorithm=algorithm)
+    reachable = min(where.largest_committed, where.table_bound)
+    status = "safe" if first is None else "reachable" if reached(first, reachable) else "unreachable"
+    return {"first_failing": first, "outcome": outcome, "error": error, "reachable_len": reachable, "status": status}
 
 
 def _allocator_cell(reference: Reference, gather: str) -> dict[str, Any]:
@@ -129,7 +141,8 @@ def _why_not(version: EngineVersion, component: str, name: str) -> str:
     return "absent" if isinstance(fact, dict) and fact.get("how") == "absent" else "not modelled"
 
 
-def cell(version: EngineVersion | None, reference: Reference, overshoot: int = DEFAULT_OVERSHOOT) -> dict[str, Any]:
+def cell(release: str, version: EngineVersion | None, reference: Reference,
+         overshoot: int | None = None) -> dict[str, Any]:
     if version is None:
         return {"status": "not learned"}
     fields = version.case_fields(reference.component)
@@ -137,26 +150,28 @@ def cell(version: EngineVersion | None, reference: Reference, overshoot: int = D
     if reference.component == "allocator":
         gather = fields.get("gather")
         return _allocator_cell(reference, str(gather)) if gather else {"status": _why_not(version, "allocator", "gather")}
+    g = _geometry(reference, width_gen)
+    algorithm = "NGRAM" if not g.draft_has_kv else None
     if backends.is_pooled_backend(reference.component):
         entry = fields.get(reference.mode)
         if not isinstance(entry, dict):
             return {"status": _why_not(version, reference.component, reference.mode)}
+        buffer = backends.pooled_backend_of(reference.component).buffer(reference.mode)
+        found = _pooled_boundary(reference.component, reference.mode, str(entry["rule"]), str(entry["check"]), g)
         return {"rule": entry["rule"], "check": entry["check"],
-                **_pooled_cell(reference.component, reference.mode, str(entry["rule"]), str(entry["check"]),
-                               _geometry(reference, width_gen), overshoot)}
+                **_reached(release, g, buffer.mode, 0, overshoot, *found, algorithm)}
     rule = fields.get("rule")
     if rule is None:
         return {"status": _why_not(version, reference.component, "rule")}
     if len(backends.backend_of(reference.component).replays) > 1 and "replay" not in fields:
         return {"status": "not modelled"}  # the backend's replay varies by release, and this one's was not learned
     replay = str(fields.get("replay", "dynamic"))
+    found = _table_boundary(reference.component, str(rule), replay, reference.mode, reference.step_id, g)
     return {"rule": rule, "replay": replay,
-            **_table_cell(reference.component, str(rule), replay, reference.mode, reference.step_id,
-                          _geometry(reference, width_gen), overshoot)}
+            **_reached(release, g, Mode.parse(reference.mode), reference.step_id, overshoot, *found, algorithm)}
 
 
-def history(engine: str = "sglang", *, overshoot: int = DEFAULT_OVERSHOOT,
-            only: Sequence[str] = ()) -> pd.DataFrame:
+def history(engine: str = "sglang", *, overshoot: int | None = None, only: Sequence[str] = ()) -> pd.DataFrame:
     """One row per listed release x reference deployment (``only``: those of these backends)."""
     versions = load_versions()
     rows = []
@@ -169,7 +184,7 @@ def history(engine: str = "sglang", *, overshoot: int = DEFAULT_OVERSHOOT,
                 continue
             rows.append({"release": release, "data_from": version.engine if version else None,
                          "backend": reference.component, "mode": reference.mode, "reference": reference.name,
-                         **cell(version, reference, overshoot)})
+                         **cell(release, version, reference, overshoot)})
     return pd.DataFrame(rows)
 
 
