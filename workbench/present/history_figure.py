@@ -13,7 +13,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 STATUS_LABELS = {"reachable": "reachable failure (avoid)", "unreachable": "fails past what a run reaches",
-                 "safe": "safe", "not modelled": "no rule of the model agrees", "absent": "no such buffer",
+                 "safe": "safe", "not modelled": "not modelled (no rule agrees, or its code did not run)", "absent": "no such buffer",
                  "not learned": "not learned"}
 STATUS_COLOURS = {"reachable": "#d62728", "unreachable": "#f2c14e", "safe": "#2ca02c", "not modelled": "#9467bd",
                   "absent": "#e0e0e0", "not learned": "#ffffff"}
