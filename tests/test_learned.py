@@ -16,7 +16,8 @@ from workbench.engines import learned
 from workbench.engines.releases import releases, split
 from workbench.engines.states import geometry_of
 
-SHIPPED = sorted((learned.SHIPPED / "sglang").glob("*.json"))
+SHIPPED = sorted(p for p in (learned.SHIPPED / "sglang").glob("*.json")
+                 if "buffers" in json.loads(p.read_text())["sections"])
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 

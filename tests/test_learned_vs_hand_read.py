@@ -32,7 +32,7 @@ SETTINGS = {"width_gen": "width_gen", "ascend_rule": "backends.sglang-ascend-blo
 
 def _learned(engine: str, field: str) -> Any:
     data = learned.load(engine)
-    if data is None:
+    if data is None or "buffers" not in data["sections"]:
         return "(not learned)"
     node: Any = data["sections"]["buffers"]
     for part in field.split("."):
@@ -62,7 +62,8 @@ def _in_range(engine: str, span: str) -> bool:
 
 def _range_pairs() -> list[tuple[str, str, Any]]:
     """(release, learned field, value) for every learned release inside a range read by hand."""
-    have = {f"sglang=={p.stem}" for p in (learned.SHIPPED / "sglang").glob("*.json")}
+    have = {f"sglang=={p.stem}" for p in (learned.SHIPPED / "sglang").glob("*.json")
+            if "buffers" in json.loads(p.read_text())["sections"]}
     return [(engine, item["field"], item["value"]) for item in HAND_READ["history"]
             for engine in releases("sglang") if engine in have and _in_range(engine, item["releases"])]
 

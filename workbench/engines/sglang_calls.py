@@ -86,7 +86,8 @@ def spec_info(mode: str, state: State | None = None) -> Any:
     accepted = None
     if state is not None and "accept_len" in state:
         accepted = torch.full((len(state["seq_lens"]),), state["accept_len"], dtype=torch.int32)
-    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted)
+    # ``accept_length`` is the same tensor under the name releases up to 0.5.14 read
+    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted, accept_length=accepted)
 
 
 # ---- Ascend block tables ------------------------------------------------------------------
