@@ -146,6 +146,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     listed = what.add_parser("releases", help="every listed release of an engine, and which are learned")
     listed.add_argument("name", nargs="?", help="the engine (default: every engine)")
     listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
+    listed.add_argument("--table", action="store_true",
+                        help="the README's table: every learned release's buffers and how each was obtained")
 
 
 def _engines(args: argparse.Namespace, out: IO[str]) -> int:
@@ -157,6 +159,11 @@ def _engines(args: argparse.Namespace, out: IO[str]) -> int:
 
     if args.refresh:
         releases.refresh()
+    if args.table:
+        from workbench.engines.learned_table import table
+
+        out.write(table(args.name or "sglang") + "\n")
+        return 0
     for name in [args.name] if args.name else releases.ENGINES:
         have = set(learned.learned_releases(name))
         for engine in releases.releases(name):
