@@ -112,10 +112,9 @@ def test_sglang_0_5_10_has_no_pooled_helpers_but_runs_the_kernels() -> None:
     rows = conformance.run_version("sglang==0.5.10", states=20, triton=None, only=POOLED_HOST_ROWS + POOLED_KERNEL_ROWS)
     by_function = {row["function"]: row for row in rows}
     assert list(by_function) == [*POOLED_HOST_ROWS, *POOLED_KERNEL_ROWS]
-    for function in POOLED_HOST_ROWS:
-        assert by_function[function]["skipped"].startswith("Moved: this version has no sglang.srt."), by_function[function]
-    assert "draft_kv_indices_buffer_width" in by_function[POOLED_HOST_ROWS[0]]["skipped"]
-    assert "assert_buffer_fits" in by_function[POOLED_HOST_ROWS[2]]["skipped"]
+    for function in POOLED_HOST_ROWS:  # the learner found no such helper in its wheel
+        assert by_function[function]["skipped"] == ("sglang==0.5.10 has no draft_kv_indices_buffer_width: "
+                                                    "its learner found none in the wheel"), by_function[function]
     if wheels.triton_dir() is None:
         assert all("triton is not used" in by_function[f]["skipped"] for f in POOLED_KERNEL_ROWS)
         pytest.skip(f"triton is not cached in {wheels.cache_root() / 'triton'}: the kernel rows were not run")

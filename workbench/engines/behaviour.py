@@ -13,13 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workbench.engines.learn_sglang_buffers import MODULE_KEYS
 from workbench.engines.versions import EngineVersion, engine_version
 
 # The settings each conformance row's model needs, by the start of the row's function name.
 NEEDS = {
     "allocation_sizing.get_req_to_token_extra_context_len": ("width_gen",),
     "AscendAttnBackend": ("ascend_rule",),
-    "DeepseekSparseAttnBackend": ("dsa_rule", "dsa_replay", "dsa_draft_extend_rows"),
+    "DeepseekSparseAttnBackend.init_cuda_graph_state": ("dsa_rule",),
+    "DeepseekSparseAttnBackend.replay[draft-extend]": ("dsa_rule", "dsa_replay", "dsa_draft_extend_rows"),
+    "DeepseekSparseAttnBackend.replay": ("dsa_rule", "dsa_replay"),
     "NPUPagedTokenToKVPoolAllocator": ("npu_gather",),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
 }
@@ -75,7 +78,9 @@ def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
             unlearned[setting] = why
     settings["backends"] = {component: dict(fields) for component, fields in version.fields.items()}
     conformance = version.facts.get("conformance", {})
+    found = conformance.get("module_paths", {})
     load: dict[str, Any] = {
+        "absent_modules": {key: " or ".join(names) for key, (_, names) in MODULE_KEYS.items() if key not in found},
         "module_paths": {key: entry["module"] for key, entry in conformance.get("module_paths", {}).items()},
         "names": {key: entry["name"] for key, entry in conformance.get("module_paths", {}).items() if "name" in entry},
         "torchvision": bool(conformance.get("torchvision", {}).get("value")),

@@ -45,6 +45,7 @@ def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, tri
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
            "patch": load.get("patch"), "only": list(only), "unlearned": load.get("unlearned", {}),
            "tolerant": load.get("tolerant", False), "names": load.get("names", {}),
+           "absent_modules": load.get("absent_modules", {}),
            "triton_dir": str(triton_dir) if triton_dir else None,
            "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
     return _run_worker(job, timeout)

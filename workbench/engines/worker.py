@@ -78,6 +78,9 @@ def _unmodelled(job: dict[str, Any], check: checks.Check, function: str) -> str 
 
     if job["behaviour"].get("unmodelled") and not check.any_release:
         return str(job["behaviour"]["unmodelled"])
+    absent = job.get("absent_modules", {}).get(check.modules[0])
+    if absent is not None:  # where a later release keeps it, this one has nothing of the kind
+        return f"{job['engine']} has no {absent}: its learner found none in the wheel"
     missing = unlearned_reason(job["engine"], function, job.get("unlearned", {}))
     if missing is not None:
         return missing
