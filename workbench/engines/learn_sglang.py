@@ -26,7 +26,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 7"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 8"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -74,6 +74,9 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
     section["conformance"]["tolerant"] = lr.measured_fact(
         loading["tolerant"], imported, 1, skipped=loading["skipped"][:40],
         note="whether its modules import only statement by statement, the statements that cannot run here skipped")
+    section["conformance"]["modules_not_imported"] = lr.measured_fact(
+        sorted(loading["failed"]), imported, 1, errors=dict(sorted(loading["failed"].items())),
+        note="the modules that do not import in the set-up that imports most (their tasks load them statement by statement)")
     return learned.write_section(engine, SECTION, section, root=root, wheel=wheel)
 
 
@@ -93,26 +96,51 @@ class _Opened:
                 "triton_dir": str(triton_dir) if triton_dir else None, "tolerant": tolerant}
 
     def __enter__(self) -> tuple[Sessions, dict[str, Any]]:
-        """A worker holding the release: without torchvision first, then with it (a release whose
-        pinned transformers registers image processors only with one), then the same loading each
-        module statement by statement (``tolerant_import.TolerantFinder``: a release whose import
-        chain meets a statement this torch cannot run); LearnError if none loads."""
-        errors = []
+        """A worker holding the release, set up so that the most of its modules import: without
+        torchvision, with it (a release whose pinned transformers registers image processors only
+        with one), then loading each module statement by statement (``TolerantFinder``: a release
+        whose import chain meets a statement this torch cannot run); the first that imports every
+        module, else the one that imports most (kept open while the others are tried). LearnError
+        if none imports any."""
+        names = self.module_names
+        best: tuple[int, bool, bool, Session, dict[str, Any]] | None = None
         for tolerant, torchvision in ((False, False), (False, True), (True, False), (True, True)):
             session = Session(WORKER, self._setup(torchvision, False, tolerant))
             try:
-                answer = session.ask({"name": "load", "kind": "load", "modules": [_first_module(self.modules)]})
+                answer = session.ask({"name": "load", "kind": "load", "modules": names})
             except SessionDied as error:
-                answer = {"error": str(error)}
-            if "error" not in answer:
-                triton = self._setup(torchvision, True, tolerant) if wheels.triton_dir() else None
-                self.sessions = Sessions(session, WORKER, triton)
-                self.say("loaded" + (" with torchvision" if torchvision else "")
-                         + (f", {len(answer['skipped'])} statements skipped" if tolerant else ""))
-                return self.sessions, {"torchvision": torchvision, "tolerant": tolerant, "skipped": answer["skipped"]}
+                answer = {"failed": dict.fromkeys(names, str(error))}
+            failures = len(answer["failed"])
+            if best is None or failures < best[0]:
+                if best is not None:
+                    best[3].close()
+                best = (failures, tolerant, torchvision, session, answer)
+            else:
+                session.close()
+            if failures == 0:
+                break
+        assert best is not None
+        failures, tolerant, torchvision, session, answer = best
+        if failures == len(names):
             session.close()
-            errors.append(answer["error"])
-        raise LearnError(f"its modules do not import on a CPU: {errors[0]}")
+            raise LearnError(f"its modules do not import on a CPU: {next(iter(answer['failed'].values()))}")
+        triton = self._setup(torchvision, True, tolerant) if wheels.triton_dir() else None
+        self.sessions = Sessions(session, WORKER, triton)
+        self.say("loaded" + (" with torchvision" if torchvision else "") + (", statement by statement" if tolerant else "")
+                 + (f"; {failures} of {len(names)} modules do not import" if failures else ""))
+        return self.sessions, {"torchvision": torchvision, "tolerant": tolerant, "skipped": answer.get("skipped", []),
+                               "failed": answer["failed"]}
+
+    @property
+    def module_names(self) -> list[str]:
+        """Every module a task will import: conformance's, and the ones the probes' classes are in."""
+        from workbench.engines import sglang_pooled_widths as spw
+        from workbench.engines import sglang_widths as sw
+
+        wheel = Wheel(self.install.src, "sglang")
+        probes = (*sw.TABLE_PROBES, *spw.POOLED_PROBES)
+        found = [wheel.find_class(p.classes, method=p.method) for p in probes]
+        return sorted({f.module for f in (*self.modules.values(), *found) if f is not None})
 
     def __exit__(self, *exc: object) -> None:
         if self.sessions is not None:

@@ -183,7 +183,8 @@ def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], functi
         return lr.measured_fact(None, function, 0, finding=f"its Triton kernel did not run: {session.triton_error}")
     if "error" in answer:
         return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
-    where = {"found": found[module_key].where} if found.get(module_key) else {}
+    located = found.get(module_key)
+    where = {"found": located.where} if located is not None else {}
     try:
         fact = lr.name_candidate(answer["candidates"], function=function, **where)
     except ValueError as error:

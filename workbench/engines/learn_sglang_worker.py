@@ -208,11 +208,16 @@ TOLERANT: list[TolerantFinder] = []  # the session's statement-by-statement load
 
 
 def _load(task: Result) -> Result:
-    """Import the modules the other tasks will use: an import that fails here (a release whose
-    pinned transformers wants torchvision, or one that must not see it) ends the session."""
+    """Import the modules the other tasks will use, and say which failed (a release whose pinned
+    transformers wants torchvision, or must not see it, fails some of them)."""
+    failed = {}
     for name in task["modules"]:
-        importlib.import_module(name)
-    return {"loaded": len(task["modules"]), "skipped": TOLERANT[0].skipped if TOLERANT else []}
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - recorded: the parent picks the set-up that loads most
+            failed[name] = one_line(error)
+    return {"loaded": len(task["modules"]) - len(failed), "failed": failed,
+            "skipped": TOLERANT[0].skipped if TOLERANT else []}
 
 
 TASKS = {"load": _load, "width": _width, "draft_check": _draft_check, "sizing": _sizing, "check": _check, "step": _step}

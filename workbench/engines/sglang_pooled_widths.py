@@ -48,6 +48,11 @@ def _drafter(module: ModuleType, cls: type, state: State) -> Any:
     # no sliding draft window, the plain read plan: what a drafter without those features keeps
     obj.draft_window_size, obj.draft_sink_size, obj.window_rail = 0, 0, False
     obj.kv_index_translator = _plain_read_plan(state)
+    # before the read plans (0.5.22): the token table itself, and its width
+    width = geometry_of(state).request_table_width
+    obj.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros((state["max_bs"] + 1, width), dtype=torch.int32,
+                                                                     device="meta"))
+    obj.pool_len = width
     return obj
 
 
