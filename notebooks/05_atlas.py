@@ -12,6 +12,9 @@
 #     name: python3
 #   workbench:
 #     test_parameters:
+#       engines:
+#       - sglang==0.5.10
+#       - sglang==0.5.23
 #       presets:
 #       - QwQ-32B
 # ---

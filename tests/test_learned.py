@@ -111,3 +111,11 @@ def test_the_models_fail_where_the_engines_replay_failed(path: Path) -> None:
                 assert record["outcome"] == "shape-error" and at["error"].endswith(str(record["error"])), (component, at)
             else:
                 assert record["outcome"] in ("ok", "silent-overread"), (component, at, record)
+
+
+def test_the_readme_holds_the_table_the_files_give() -> None:
+    """``workbench engines releases sglang --table`` regenerates the README's table of learned
+    releases; the README must hold it as the files give it."""
+    from workbench.engines.learned_table import table
+
+    assert table("sglang") in README
