@@ -89,9 +89,11 @@ def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     pseudo = version.facts.get("pseudo")
     if pseudo is not None:
+        if not pseudo.get("patch"):
+            raise ValueError(f"engine: {engine} is a pseudo-version without a patch (data/engines/pseudo.json): its "
+                             f"change is not in any code conformance can run; check its base, {pseudo['base']}")
         load["wheel"] = pseudo["base"]
-        if pseudo.get("patch"):
-            load["patch"] = pseudo["patch"]["value"]
+        load["patch"] = pseudo["patch"]["value"]
     return settings, load
 
 
