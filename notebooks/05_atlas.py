@@ -12,6 +12,9 @@
 #     name: python3
 #   workbench:
 #     test_parameters:
+#       engines:
+#       - sglang==0.5.10
+#       - sglang==0.5.23
 #       presets:
 #       - QwQ-32B
 # ---
@@ -28,8 +31,9 @@
 # Words (the README's glossary has more): the **first failing length** is the smallest committed
 # length `s` whose step fails, found by the closed form and confirmed by executing that step and the
 # one below on real tensors. The **reachable length** is the largest committed length a run replays:
-# the scheduler's cap `ctx - 1` plus an **overshoot** of a few tokens (multi-token acceptance, the
-# overlap scheduler; the spec sees one and two in crash reports). **Margin** = first failing -
+# the scheduler's reach for the release, recipe and overlap default (`workbench.analysis.reach`: one
+# verify in flight can add the recipe's largest accept length), capped at what the request table
+# holds; `overshoot` N >= 0 replaces it by the what-if `ctx - 1 + N`. **Margin** = first failing -
 # reachable - 1: negative means a real run gets there. Every row is then run again
 # (`run_confirmed`): a reachable failure by a run that hits it, a margin or a safe row by a run that
 # gets to the reachable length with every step passing (SGLang: a seeded serving run; vLLM: a request
@@ -38,9 +42,9 @@
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
 output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
-engines = []  # engine versions of data/engines.json; empty: every version
+engines = []  # engine releases (learned: data/engines/NAME/*.json); empty: every release
 presets = []  # model presets of data/presets.json; empty: every preset
-overshoot = 2  # committed tokens a run may pass ctx - 1 for one step
+overshoot = -1  # -1: the scheduler's reach per release and recipe; N >= 0: a what-if, ctx - 1 + N
 confirm_runs = True  # run every row again (a failure must be hit, a margin run to the cap)
 
 # %%
@@ -53,7 +57,7 @@ output_dir = check.check_output_dir(output_dir)
 engines = check.check_choices("engines", engines, load_versions()) if engines else ()
 all_presets = {p.name: p for p in load_presets()}
 chosen = [all_presets[n] for n in check.check_choices("presets", presets, all_presets)] if presets else list(all_presets.values())
-overshoot = check.check_int("overshoot", overshoot, 0, 1024)
+overshoot = check.check_int("overshoot", overshoot, -1, 1024)
 confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 
 # %%
@@ -61,13 +65,14 @@ import pandas as pd
 import plotly.io as pio
 
 from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
+from workbench.analysis.atlas_releases import collapse_releases
 from workbench.present.atlas_figure import atlas_figure
 from workbench.present.report import save_figure
 
 pio.renderers.default = "plotly_mimetype+notebook"
 pd.set_option("display.width", 200)
 
-frame = run_atlas(list(engines) or None, overshoot=overshoot, device=device, presets=chosen)
+frame = run_atlas(list(engines) or None, overshoot=None if overshoot < 0 else overshoot, device=device, presets=chosen)
 if not engines:  # vLLM's buffers, at the public crash reports' deployments
     frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
 summary = summarize(frame)
@@ -81,7 +86,7 @@ print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summa
 # request table holds. Each cell names the outcome, the first failing length and the margin.
 
 # %%
-fig = atlas_figure(summary)
+fig = atlas_figure(collapse_releases(summary))  # consecutive releases with the same rows: one row
 save_figure(fig, output_dir, "05_atlas",
             caption="One row per backend and engine version, one column per graph mode: red, a failure a real run "
                     "reaches; amber, one past what a run reaches (margin in tokens); green, safe at every committed length.")
@@ -157,3 +162,48 @@ triton = worst("sglang-triton-kv-indices")
 assert set(triton.outcome) == {"silent-overwrite"} and set(triton.status) == {"reachable"}, triton
 assert triton.set_index("mode").loc["draft-decode-eager"].batch == 1  # one request is enough
 
+
+
+# %% [markdown]
+# ## The history of the bug class
+#
+# Per backend and mode, release by release from 0.5.0rc2 to 0.5.23, what a reference deployment
+# meets (`workbench history`): the seeds' three (QwQ-32B NGRAM on Ascend, GLM-5.2 EAGLE on DSA, the
+# NPU allocator's exact-fit decode) and one per other backend. Every release's rules, replays and
+# gathers are the ones its own code gave when it was learned (`workbench engines learn`); nothing
+# is typed in per release, so a fix shows where a release's learned data change: a bar changes
+# colour, or its first failing length moves. Red: a failure a run of that release reaches (avoid
+# it); amber: one past what a run reaches; green: safe; grey: no such buffer; purple: the release's
+# code gave widths no rule of the model agrees with.
+
+# %%
+from workbench.analysis.history import history
+from workbench.present.history_figure import history_figure
+
+past = history("sglang", overshoot=None if overshoot < 0 else overshoot)
+fig = history_figure(past)
+save_figure(fig, output_dir, "05_history",
+            caption="Release by release, what a reference deployment meets (first failing committed length in the "
+                    "bar): red, a failure a run reaches; amber, one past it; green, safe. The seed fixes show where a "
+                    "bar turns from red.")
+fig
+
+
+# %%
+def fixed_in(backend: str, mode: str) -> tuple[str, str]:
+    """The last release whose reference deployment reaches a failure and the first one after it
+    that does not: where the learned data changed (found by the measurement, not typed in)."""
+    rows = past[(past.backend == backend) & (past["mode"] == mode) & past.status.isin(["reachable", "unreachable", "safe"])]
+    failing = rows[rows.status == "reachable"]
+    assert len(failing), f"{backend} {mode}: no release reaches a failure"
+    last = failing.index[-1]
+    after = rows.loc[last:].iloc[1:]
+    assert len(after) and not (after.status == "reachable").any(), after
+    return str(past.loc[last, "release"]), str(after.iloc[0].release)
+
+
+for backend, mode, fix in (("sglang-ascend-block-tables", "target-verify", "NPU block table sized with the drafts"),
+                           ("sglang-dsa-page-table", "target-verify", "DSA page table as wide as the request table"),
+                           ("allocator", "decode", "NPU allocator's clamped gather")):
+    before, after = fixed_in(backend, mode)
+    print(f"{fix}: reachable failure up to {before}, fixed in {after}")

@@ -1,6 +1,6 @@
-"""Independent plain-Python statements of the spec's formulas, for expected values in tests.
+"""Independent plain-Python statements of the formulas of docs/semantics.md, for expected values in tests.
 
-Nothing here imports the code under test: each function is the spec's arithmetic written out
+Nothing here imports the code under test: each function is that page's arithmetic written out
 again, in loops, so that a mistake in the library cannot also be a mistake in the expectation.
 """
 
@@ -40,7 +40,7 @@ def dsa_width_tokens(rule: str, ctx: int, d: int, w: int) -> int:
 
 def alloc_decode(ps: int, seq_lens: list[int], last_loc: list[int], free_pages: list[int],
                  gather: str) -> tuple[str, list[int] | None, list[int]]:
-    """(outcome, out_cache_loc, free_pages_after) by the spec's section 4, row by row."""
+    """(outcome, out_cache_loc, free_pages_after) by docs/semantics.md#the-paged-allocator, row by row."""
     opens = [s % ps == 1 % ps for s in seq_lens]
     n_new = sum(opens)
     if gather != "cuda-masked" and n_new > len(free_pages):
@@ -84,7 +84,7 @@ def copy_error(dst_cols: int, src_cols: int, rows: int) -> str:
 
 def predict_table_probe(component: str, rule: str, ctx: int, ps: int, d: int, w: int, mode: str, seq_lens: list[int],
                         step_id: int = 0, replay: str = "dynamic", accept_len: int = 1) -> tuple[str, str | None]:
-    """(outcome, message) of one valid table step, from the spec's replay pseudocode."""
+    """(outcome, message) of one valid table step, from the replay pseudocode of docs/semantics.md#replays."""
     bs = len(seq_lens)
     if component == "npu-block-table":
         look = {"target-verify": d, "draft-decode": step_id + 1}.get(mode, 0)

@@ -1,7 +1,7 @@
 """The atlas (issue 13, items 4-6): every backend, version and mode over realistic settings.
 
-Expected values: engines.md section 1 (0.5.23's Ascend gap: a QwQ NGRAM verify fails at 32881,
-257 against 258 pages), the spec's scheduler cap (ctx - 1) with the default overshoot of 2, and
+Expected values: docs/engine-facts.md#sglang-ascend-block-tables (0.5.23's Ascend gap: a QwQ NGRAM verify fails at 32881,
+257 against 258 pages), the scheduler cap ctx - 1 (docs/engine-facts.md#sglang-scheduler-caps) with the default overshoot of 2, and
 FA3's width read from the engine (cdiv(ctx, ps) pages, so a verify of D drafts at ps 1 first reads
 past the row at ctx - D + 1).
 """
@@ -62,15 +62,18 @@ def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atla
 def test_the_ascend_gap_of_0523_is_a_failure_no_run_reaches(atlas: pd.DataFrame) -> None:
     row = _setting(atlas, "npu-block-table", "target-verify", "QwQ-32B", "own", 32768, 128)
     assert (row.rule, row.width_gen, row.buffer_width) == ("context-plus-draft", "g3", 257)
-    assert row.first_failing_seq_len == 32881 and row.reachable_len == 32768 - 1 + 2
+    # 32779: the 0.5.23 scheduler's reach for NGRAM 16 with overlap (its own functions, tests/test_reach.py)
+    assert row.first_failing_seq_len == 32881 and row.reachable_len == 32779
     assert row.error == "The size of tensor a (257) must match the size of tensor b (258) at non-singleton dimension 1"
-    assert (row.margin, row.status) == (32881 - 32769 - 1, "unreachable")
+    assert (row.margin, row.status) == (32881 - 32779 - 1, "unreachable")
 
 
 def test_fa3_verify_reads_past_its_row_in_a_real_run(atlas: pd.DataFrame) -> None:
     row = _setting(atlas, "sglang-fa3-page-table", "target-verify", "QwQ-32B", "ngram-16", 32768, 1)
     assert (row.buffer_width, row.first_failing_seq_len, row.outcome) == (32768, 32768 - 16 + 1, "silent-overread")
-    assert row.status == "reachable" and row.margin == 32753 - 32769 - 1
+    # the scheduler reaches 32779, past what the table holds in a verify (W - D = 32788 - 16): the run stops there
+    assert row.reachable_len == 32772 and "past the request table" in row.reach_why
+    assert row.status == "reachable" and row.margin == 32753 - 32772 - 1
     off = atlas[(atlas.backend == "sglang-fa3-page-table") & (atlas.recipe == "off")]
     assert set(off.status) == {"safe"}  # without speculation nothing reads past ctx - 1
 
@@ -139,8 +142,8 @@ def test_the_vllm_crash_reports_are_rows_of_the_atlas() -> None:
 
 
 def test_a_run_that_contradicts_its_row_is_not_confirmed(atlas: pd.DataFrame) -> None:
-    """The confirmation can fail: the FA3 verify that reads past its row at 32753 (the spec's
-    ctx - D + 1 for ctx 32768, D 16), labelled safe, is caught by its run at the cap; and a safe
+    """The confirmation can fail: the FA3 verify that reads past its row at 32753 (ctx - D + 1
+    for ctx 32768, D 16: docs/semantics.md#first-failing-length), labelled safe, is caught by its run at the cap; and a safe
     V0 row (0.6.2 truncates) labelled as failing at 8186 is not hit by its walk."""
     from workbench.analysis.atlas import case_backend_rows, confirm_by_run, confirm_by_walk
 

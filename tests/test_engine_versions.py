@@ -1,7 +1,8 @@
 """Engine versions as data (issue 11, item 2): a case or sweep naming ``engine`` takes the
-version's rule, width generation and replay; fields it gives itself win.
+version's rule, width generation and replay (learned from the release's code); fields it gives itself win.
 
-Expected values are engines.md's worked cases for SGLang 0.5.23 (section 1, points 1-3).
+Expected values are the worked cases of docs/engine-facts.md for SGLang 0.5.23 (width generations,
+Ascend block tables, DSA page table).
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ QWQ = {"component": "npu-block-table", "context_len": 32768, "page_size": 128, "
 V0523 = "sglang==0.5.23"
 
 
-def test_every_value_names_the_file_and_line_it_was_read_from() -> None:
+def test_every_value_says_how_it_was_obtained() -> None:
+    """Learned: the engine function run, on how many states, and the file and line it was found
+    at; read: the file and line (an absence, such as no host check, names the file and what is
+    not there); a pseudo-version's own values name the line they revert."""
     for version in load_versions().values():
         assert version.read_from
         for component, fields in version.fields.items():
             for name in fields:
                 source = version.sources[component][name]
-                # A file and line; a behaviour that is an absence (no clamp) names the file and the
-                # function, and a patched pseudo-version points at its patch.
-                assert ".py:" in source or ".py (" in source or "patch" in source, (version.engine, component, name)
+                if source.startswith("measured: "):
+                    assert " on " in source and " states (" in source and ".py:" in source, (version.engine, component, name)
+                else:
+                    assert ".py:" in source or ".py (" in source, (version.engine, component, name, source)
 
 
 def test_the_ascend_width_of_0523_leaves_the_latent_gap_of_engines_md() -> None:
@@ -53,8 +58,8 @@ def test_the_dsa_table_of_0523_is_w_wide_and_replays_static() -> None:
            "mode": "target-verify", "engine": V0523, "seq_lens": [90001]}
     case = parse_case(glm)
     assert isinstance(case, TableCase) and (case.rule, case.replay) == ("req-to-token", Replay.STATIC)
-    assert probe(case).buffer_width == 90000 + 75  # G3: extra 75 for the GLM-5.2 recipe (spec section 1)
-    # engines.md section 1.3: with B patched back to ctx + D, the static replay is a silent over-read
+    assert probe(case).buffer_width == 90000 + 75  # G3: extra 75 for the GLM-5.2 recipe (docs/semantics.md#width-generations)
+    # docs/engine-facts.md#sglang-dsa-page-table: with B patched back to ctx + D, the static replay is a silent over-read
     patched = probe(parse_case({**glm, "rule": "context-plus-draft"}))
     assert patched.outcome.value == "silent-overread"
 
@@ -65,7 +70,8 @@ def test_an_unknown_version_is_one_line_and_exit_2() -> None:
                          capture_output=True, text=True, check=True).stdout
     record = json.loads(out)
     assert record["outcome"] == "invalid"
-    assert record["error"] == f"engine: 'sglang==0.0.1' is not a modelled version (allowed: {', '.join(load_versions())})"
+    sglang = [e for e in load_versions() if e.startswith("sglang==")]
+    assert record["error"] == f"engine: 'sglang==0.0.1' is not a modelled version (allowed: {', '.join(sglang)})"
     flags = subprocess.run([sys.executable, "-m", "workbench", "probe", "npu-block-table", "--engine", "vllm==1",
                             "--context-len", "8", "--page-size", "1", "--seq-lens", "2", "--mode", "decode"],
                            capture_output=True, text=True)
@@ -83,3 +89,27 @@ def test_a_sweep_under_a_version_takes_its_rule_generation_and_replay() -> None:
     assert set(dsa.rule) == {"req-to-token"} and set(dsa.replay) == {"static"}
     assert set(frame.width_gen) == {"g3"} and frame.confirmed.all()
     assert frame.first_failing_seq_len.isna().all()  # the scheduler's cap plus 2 tokens stays inside both
+
+
+def test_an_allocator_case_takes_the_releases_gather() -> None:
+    """The exact-fit decode under each release's learned gather: 0.5.10's unclamped gather reads
+    past the free list, 0.5.23's clamped one gives the spec's slots."""
+    seed = {"component": "allocator", "page_size": 4, "seq_lens": [5, 10, 7], "last_loc": [11, 20, 29],
+            "free_pages": [11]}
+    before = subprocess.run([sys.executable, "-m", "workbench", "probe", "--cases", "-"], capture_output=True, text=True,
+                            input="\n".join(json.dumps({**seed, "engine": e}) for e in ("sglang==0.5.10", V0523)) + "\n",
+                            check=True).stdout.splitlines()
+    old, new = (json.loads(line) for line in before)
+    assert old["outcome"] == "index-error" and new["outcome"] == "ok", (old, new)
+    assert new["out_cache_loc"] == [44, 21, 30]
+
+
+def test_a_release_whose_code_gave_no_rule_says_so() -> None:
+    """0.5.3's Ascend width is ``ctx // ps`` pages, which no rule of the model gives: a case that
+    names the release and no rule is refused with the finding."""
+    line = json.dumps({**QWQ, "engine": "sglang==0.5.3", "seq_lens": [5]})
+    out = subprocess.run([sys.executable, "-m", "workbench", "probe", "--cases", "-"], input=line + "\n",
+                         capture_output=True, text=True, check=True).stdout
+    record = json.loads(out)
+    assert record["outcome"] == "invalid" and "has no rule for sglang-ascend-block-tables (no rule of the model agrees" \
+        in record["error"], record

@@ -30,7 +30,7 @@ def test_boundaries_equal_an_executed_scan(gather: Gather) -> None:
 
 
 def test_the_seed_batch_needs_one_page_more_under_the_legacy_gather() -> None:
-    # the seed's batch shape (spec section 4): the first row opens a page, the two after it do not
+    # the seed's batch shape (docs/semantics.md#exact-fit): the first row opens a page, the two after it do not
     seed = (True, False, False)
     legacy, clamped = allocator_boundaries([AllocatorConfig(Gather.NPU_LEGACY, 4, seed),
                                             AllocatorConfig(Gather.NPU_CLAMPED, 4, seed)])

@@ -1,6 +1,6 @@
 """The explorer without a kernel: the same functions the notebook widgets call.
 
-Expected outcomes and messages come from the spec's seed cases (sections 2-4) and from
+Expected outcomes and messages come from the seed cases (docs/semantics.md#replays, #the-paged-allocator) and from
 ``tests/reference.py``'s independent restatement of the replay and ``alloc_decode``.
 """
 
@@ -137,7 +137,8 @@ def test_a_preset_writes_the_context_length() -> None:
 
 
 def test_the_seed_batch_is_the_seed_vector() -> None:
-    """Spec section 4: ps 4, seq_lens [5, 10, 7], last_loc [11, 20, 29], one free page [11]."""
+    """The allocator seed: ps 4, seq_lens [5, 10, 7], last_loc [11, 20, 29], one free page [11]
+    (docs/semantics.md#decode-openers-and-the-gather)."""
     legacy = explore(ExplorerState(component="allocator", page_size=4, gather="npu-legacy"), with_figure=False)
     assert legacy.case is not None and legacy.case.seq_lens == (5, 10, 7) and legacy.case.free_pages == (11,)
     assert legacy.result is not None and legacy.result.error == "index 1 is out of bounds for dimension 0 with size 1"
@@ -158,8 +159,8 @@ def test_typing_a_batch_row_count_changes_the_batches() -> None:
 
 
 def test_the_rule_and_mode_choices_are_the_backends_own() -> None:
-    """FA3 has no context-plus-draft rule (engines.md 2: blind to the drafts in every release, and the
-    proposed fix is the request table's width); DSA has no draft-decode replay (spec section 3)."""
+    """FA3 has no context-plus-draft rule (docs/engine-facts.md#sglang-fa3-page-table: blind to the drafts in every release, and the
+    proposed fix is the request table's width); DSA has no draft-decode replay (docs/semantics.md#graph-modes)."""
     fa3 = Explorer(ExplorerState(component="sglang-fa3-page-table", page_size=1)).controls
     assert list(fa3["rule"].options) == ["context", "req-to-token"]
     dsa = Explorer(ExplorerState(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6)).controls

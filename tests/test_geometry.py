@@ -9,7 +9,7 @@ from workbench.model.geometry import Mode, ServingGeometry
 @pytest.mark.parametrize(
     ("geometry", "extras"),
     [
-        # The spec's worked values, section 1.
+        # The worked values of docs/semantics.md#width-generations.
         (dict(draft_tokens=6, spec_steps=5, spec_topk=1, page_size=64), (10, 10, 75)),
         (dict(draft_tokens=16, spec_topk=10, page_size=128, draft_has_kv=False), (20, 32, 159)),
         (dict(draft_tokens=8, spec_steps=5, spec_topk=4, page_size=64), (12, 1024, 1087)),

@@ -2,8 +2,9 @@
 
 This checks the data set itself, not the preflight: every record is complete and cites an https
 source, every model id a record names either has a config.json in the Hugging Face cache layout
-under tests/data/hf_cache/hub or is listed as not found in tests/data/hf_cache/SOURCES.md, and
-the set still has the mix it was collected for (tests/data/README.md).
+under tests/data/hf_cache/hub or is listed as not found in tests/data/hf_cache/SOURCES.md, a
+config kept for a model no command names is one the project README's examples name, and the set
+still has the mix it was collected for (tests/data/README.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ DATA = Path(__file__).parent / "data"
 RECORDS = DATA / "launch_commands.jsonl"
 HUB = DATA / "hf_cache" / "hub"
 SOURCES = DATA / "hf_cache" / "SOURCES.md"
+PROJECT_README = Path(__file__).parent.parent / "README.md"
 
 FIELDS = {"id", "command", "source", "title", "seen", "engine", "release", "models", "model_ids", "notes"}
 ENGINES = {"sglang", "vllm", "vllm-ascend"}
@@ -56,8 +58,15 @@ def is_ascend(record: dict[str, Any]) -> bool:
     return record["engine"] == "vllm-ascend" or bool(ASCEND.search(record["command"]))
 
 
+def named_as_a_whole_id(model_id: str, text: str) -> bool:
+    """True when text names model_id itself, not a longer id it is a prefix or suffix of."""
+    return re.search(rf"(?<![\w./-]){re.escape(model_id)}(?![\w./-])", text) is not None
+
+
 RECORDS_LIST = load_records()
 REFERENCED_IDS = sorted({m for r in RECORDS_LIST for m in r["model_ids"] if m is not None})
+# Configs kept for the README's examples (SOURCES.md says which) although no command names them.
+EXAMPLE_IDS = sorted(listed_ids("Found") - set(REFERENCED_IDS))
 
 
 def test_every_line_is_a_complete_record() -> None:
@@ -101,7 +110,7 @@ def test_each_model_is_named_in_its_command() -> None:
             assert model in record["command"], (record["id"], model)
 
 
-@pytest.mark.parametrize("model_id", REFERENCED_IDS)
+@pytest.mark.parametrize("model_id", REFERENCED_IDS + EXAMPLE_IDS)
 def test_each_model_id_has_a_config_or_is_listed_as_not_found(model_id: str) -> None:
     found, not_found = listed_ids("Found"), listed_ids("Not found")
     assert (model_id in found) != (model_id in not_found), f"{model_id}: listed in neither or both sections"
@@ -126,9 +135,16 @@ def test_the_cache_holds_only_listed_models_and_only_config_files() -> None:
             assert path.name in {"main", "config.json", "generation_config.json"}, path
 
 
-def test_sources_list_only_models_the_commands_name() -> None:
+def test_sources_list_every_model_the_commands_name() -> None:
     listed = listed_ids("Found") | listed_ids("Not found")
-    assert listed == set(REFERENCED_IDS)
+    assert set(REFERENCED_IDS) - listed == set()
+
+
+def test_sources_list_no_model_that_neither_a_command_nor_the_readme_names() -> None:
+    """A not-found entry must come from a command; a found one may also come from a README example."""
+    assert listed_ids("Not found") - set(REFERENCED_IDS) == set()
+    readme = PROJECT_README.read_text(encoding="utf-8")
+    assert [m for m in EXAMPLE_IDS if not named_as_a_whole_id(m, readme)] == []
 
 
 def test_the_set_still_has_the_mix_it_was_collected_for() -> None:

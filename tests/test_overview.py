@@ -100,7 +100,7 @@ def test_overview_allocator_verdicts_are_notebook_03s() -> None:
     ours = allocator_verdicts(overview)["verdict"].str.extract(verdict)[0]
     theirs = allocator_verdicts(detailed)["verdict"].str.extract(verdict)[0]
     assert ours.loc[theirs.index].equals(theirs)
-    # The spec (section 4): the legacy gather fails on an exact fit, the clamped one never does.
+    # docs/semantics.md#exact-fit: the legacy gather fails on an exact fit, the clamped one never does.
     assert theirs.loc[("allocator (alloc_decode)", "npu-legacy")] == "fails"
     assert theirs.loc[("allocator (alloc_decode)", "npu-clamped")] == "safe"
     assert theirs.loc[("allocator (alloc_decode)", "cuda-masked")] == "fails silently"

@@ -238,7 +238,7 @@ def test_the_46074_command_is_parsed_and_resolved(engine: str, cap_source: str) 
     assert d.launch_names == ("dsa-indexer",)
     assert d.reach_rule.cap_offset == 1 and d.reach_rule.overshoot == 0 and d.reach_rule.clamps_reads
     assert d.reach_rule.sources["committed_cap"].endswith(cap_source)
-    # the expand error's numbers (engines.md 5): the aligned table and the unaligned buffer
+    # the expand error's numbers (docs/engine-facts.md#vllm-46074): the aligned table and the unaligned buffer
     assert -(-g.context_len // g.page_size) == 5469
 
 
@@ -292,7 +292,7 @@ def test_json_output_is_one_object_with_the_rows() -> None:
 def test_overshoot_flag_moves_the_reach() -> None:
     result = _check(GLM, engine="sglang==0.5.23+revert-dsa-width", overshoot=1)
     verify = next(r for r in result.rows if r.mode == "target-verify")
-    assert verify.reach == 90000 and not verify.reachable and verify.margin == 1  # one token short of 90001
+    assert verify.reach == 90000 and not verify.reachable and verify.margin == 0  # first - reach - 1: 90001 is next
     assert "overshoot" in format_text(result) and to_json(result)["status"] == 0
 
 

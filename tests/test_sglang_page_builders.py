@@ -109,7 +109,8 @@ def lookahead(mode: str, d: int, step_id: int) -> int:
     (AITER, "graph", 1, 1024),
 ])
 def test_replay_stores_what_the_kernel_stores(component: str, path: str, ps: int, width: int) -> None:
-    """engines.md's CPU run: ps 16, 4 pages, a verify reading 66 tokens; and the grid's edge cases."""
+    """The CPU run of docs/engine-facts.md#sglang-page-builders-on-a-cpu (ps 16, 4 pages, a verify
+    reading 66 tokens), and the grid's edge cases."""
     lengths = [width * ps + 2, ps + 1, 1]  # the first needs one page more than the row holds
     rows = len(lengths)
     table = RequestTable.with_requests([min(n, (width + 1) * ps) for n in lengths], (width + 1) * ps, ps,

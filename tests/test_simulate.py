@@ -1,6 +1,6 @@
 """The serving-run simulation: determinism, allocator integrity, agreement with the core's probes.
 
-Expected values come from the spec (the QwQ boundary 32753, torch's message, the exact-fit gather)
+Expected values come from the seeds (the QwQ boundary 32753, torch's message, the exact-fit gather)
 or from the core's own probes and boundary search run on the state each step recorded.
 """
 
@@ -79,7 +79,7 @@ def test_qwq_context_rule_fails_where_the_boundary_says_and_req_to_token_complet
     assert (first.failing_component, first.outcome, first.error) == ("npu-block-table", "shape-error", QWQ_ERROR)
     case = _table_case(run, "npu-block-table", (1,))
     boundary = find_boundary(case)
-    assert boundary.first_failing_seq_len == 32753  # spec section 2
+    assert boundary.first_failing_seq_len == 32753  # the Ascend seed
     # Acceptance fixed:1 commits one token a step, so the longest request meets the boundary exactly.
     assert first.committed[first.req_ids.index(first.failing_request)] == max(first.committed) == 32753
     assert all(max(r.committed) < 32753 and r.outcome == "ok" for r in run.records[:-1])

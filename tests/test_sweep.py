@@ -24,7 +24,7 @@ SMALL = SweepGrid(context_lens=(40, 67), page_sizes=(1, 4, 16), draft_tokens=(0,
 
 
 def expected_first_failure(row: pd.Series) -> int | None:
-    """Scan every committed length with the spec's conditions (sections 2 and 3)."""
+    """Scan every committed length with the conditions of docs/semantics.md#replays."""
     ctx, ps, d = int(row.context_len), int(row.page_size), int(row.draft_tokens)
     w = request_table_width(ctx, ps, d, steps=5)
     verify = row["mode"] == "target-verify"
@@ -68,7 +68,8 @@ def test_rule_facts(small_frame: pd.DataFrame) -> None:
     npu_verify = small_frame[(small_frame.component == "npu-block-table") & (small_frame.rule == "context")
                              & (small_frame["mode"] == "target-verify")]
     assert len(npu_verify) == 2 * 3 * 2
-    for _, row in npu_verify.iterrows():  # spec: B * ps - D + 1, B = cdiv(ctx, ps), when within the search
+    # B * ps - D + 1, B = cdiv(ctx, ps), when within the search (docs/semantics.md#first-failing-length)
+    for _, row in npu_verify.iterrows():
         b = ceil_div(row.context_len, row.page_size)
         first = b * row.page_size - row.draft_tokens + 1
         if first <= row.max_seq_len:

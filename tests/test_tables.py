@@ -105,7 +105,8 @@ def _copy_error(dst_cols: int, src_cols: int, rows: int) -> str:
 
 
 def _expected_first_failure(case: TableCase) -> tuple[int | None, str | None]:
-    """The spec's closed form, written from the reference widths: first failing s, and its message."""
+    """The closed form of docs/semantics.md#first-failing-length, written from the reference widths:
+    first failing s, and its message."""
     g = case.geometry
     w = request_table_width(g.context_len, g.page_size, g.draft_tokens, g.spec_steps, g.spec_topk,
                             g.draft_has_kv, g.width_gen)

@@ -1,7 +1,7 @@
 """vLLM's buffers as case backends (issue 13, item 3): the indexer's ``expanded_block_table_buffer``
 against the v1 block table, and V0's ``graph_block_tables`` with lookahead slots.
 
-Expected values: the crash reports' exact messages (engines.md section 5), the widths restated
+Expected values: the crash reports' exact messages (docs/engine-facts.md#vllm-46074, #vllm-5563), the widths restated
 below from vLLM's code in plain integer arithmetic (``block_table.py``, ``indexer.py``,
 ``model_runner.py``), executed scans, and, where the wheel is cached, vLLM's own functions run on
 the CPU (``vllm_released.py``, in a subprocess).

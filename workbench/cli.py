@@ -97,18 +97,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_flags(sweep)
     atlas = sub.add_parser("atlas", help="every backend x engine version x mode: can a real run fail, where, how")
     atlas.add_argument("--engine", help="comma-separated versions (default: every version data/engines.json holds)")
-    atlas.add_argument("--overshoot", type=int, default=2, help="tokens a run may pass ctx - 1 for a step (default 2)")
+    atlas.add_argument("--overshoot", type=int, default=None,
+                       help="a what-if: every run reaches ctx - 1 + N (default: the scheduler's reach per release, recipe, overlap)")
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
+    hist = sub.add_parser("history", help="per backend and mode, release by release: what a reference deployment meets")
+    hist.add_argument("--engine", default="sglang", help="the engine whose releases (default sglang)")
+    hist.add_argument("--overshoot", type=int, default=None,
+                      help="a what-if: a run reaches ctx - 1 + N (default: each release's scheduler's reach)")
+    hist.add_argument("--backend", help="comma-separated backends (default: every one)")
+    hist.add_argument("--json", action="store_true", help="one JSON object per release and deployment")
     conf = sub.add_parser("conformance", help="each engine version's own functions against the models, state by state")
-    conf.add_argument("--engine", default="sglang==0.5.23", help="NAME==VERSION, several comma-separated (default sglang==0.5.23)")
+    conf.add_argument("--engine", default="sglang==0.5.23",
+                      help="NAME==VERSION, several comma-separated; a bare name (sglang) is every learned release of it "
+                           "(default sglang==0.5.23)")
+    conf.add_argument("--summary", action="store_true", help="one line per release instead of one per function")
     conf.add_argument("--json", action="store_true", help="one JSON object per engine function")
     conf.add_argument("--states", type=int, default=1000, help="random states per function (default 1000)")
     conf.add_argument("--seed", type=int, default=0, help="seed of the random states (default 0)")
     conf.add_argument("--triton", action="store_true", default=None,
                       help="fetch triton (about 1 GB) to run the Triton kernels interpreted (default: only if cached)")
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
+    conf.add_argument("--only", default="", help="comma-separated parts of function names: run only those rows "
+                                                 "(e.g. --only Scheduler,Req.,longest_step)")
     _add_engines_flags(sub.add_parser("engines", help="engine releases: list them, learn one from its own code"))
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
@@ -134,6 +146,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     listed = what.add_parser("releases", help="every listed release of an engine, and which are learned")
     listed.add_argument("name", nargs="?", help="the engine (default: every engine)")
     listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
+    listed.add_argument("--table", action="store_true",
+                        help="the README's table: every learned release's buffers and how each was obtained")
     what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
     what.add_parser("running", help="list the engine processes")
     for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
@@ -154,6 +168,11 @@ def _engines(args: argparse.Namespace, out: IO[str]) -> int:
 
     if args.refresh:
         releases.refresh()
+    if args.table:
+        from workbench.engines.learned_table import table
+
+        out.write(table(args.name or "sglang") + "\n")
+        return 0
     for name in [args.name] if args.name else releases.ENGINES:
         have = set(learned.learned_releases(name))
         for engine in releases.releases(name):
@@ -274,6 +293,17 @@ def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
         out.write(format_summary(summary) + "\n")
     if args.out:
         _write_frame(frame, args.out, out)
+
+
+def _history(args: argparse.Namespace, out: IO[str]) -> None:
+    from workbench.analysis.history import format_history, history
+
+    frame = history(args.engine, overshoot=args.overshoot, only=_str_list(args.backend) if args.backend else ())
+    if args.json:
+        for record in frame.to_dict(orient="records"):
+            out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
+    else:
+        out.write(format_history(frame) + "\n")
 
 
 def _plain(value: object) -> object:
@@ -405,7 +435,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
-                               triton=args.triton, out=out)
+                               triton=args.triton, out=out, only=[p for p in args.only.split(",") if p],
+                               summary=args.summary)
         selection = select_device(args.device)
         if args.device == "auto":  # say what was found, on stderr so the results stay clean
             print(f"workbench: {selection.summary}", file=sys.stderr)
@@ -454,6 +485,8 @@ def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:
         _bench(args, out)
     elif args.command == "atlas":
         _atlas(args, device, out)
+    elif args.command == "history":
+        _history(args, out)
     elif args.command == "sweep":
         _sweep(args, device, out)
     elif args.command == "report":

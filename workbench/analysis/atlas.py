@@ -27,10 +27,14 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis import pooled_atlas
+from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
 from workbench.analysis.probe import table_case_problem
+from workbench.analysis.reach import default_reach
+from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
+from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
 from workbench.engines.versions import EngineVersion, load_versions
@@ -39,7 +43,7 @@ from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult
 
 COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
-DEFAULT_OVERSHOOT = 2  # spec section 1: overshoots of one and two tokens are seen in crash reports
+DEFAULT_OVERSHOOT: int | None = None  # None: the scheduler's reach; an integer is a what-if (ctx - 1 + it)
 CHUNK = 100
 STATUS_ORDER = ("reachable", "unreachable", "safe")  # worst first
 
@@ -94,16 +98,17 @@ class AtlasConfig:
 
 
 def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None) -> list[AtlasConfig]:
-    """Every backend x version (that names the backend's rule) x setting x mode, valid states only."""
+    """Every backend x version (that names the backend's rule) x setting x mode, valid states only.
+
+    Releases whose data give a backend the same rule, replay and width generation have the same
+    rows: only the first of them is configured (``sharing`` says which releases take its rows)."""
     versions = load_versions()
-    chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else list(versions.values())
+    chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else default_versions()
     presets = list(presets) if presets is not None else load_presets()
     out = []
-    for version in chosen:
-        for backend in backends.table_backends():
+    for backend in backends.table_backends():
+        for version in distinct(chosen, backend.name, ("rule", "replay", "width_gen")):
             fields = version.case_fields(backend.name)
-            if "rule" not in fields:
-                continue  # the version's data says nothing of this backend: no row rather than a guess
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
                 for mode, step_id in _modes(backend, setting.geometry):
@@ -114,22 +119,30 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
     return out
 
 
-def _rows(configs: Sequence[AtlasConfig], overshoot: int, device: str) -> list[dict[str, object]]:
+def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) -> list[dict[str, object]]:
     """One chunk's rows (a top-level function, so process pools can run it)."""
     with one_torch_thread():
         found = fast_boundaries([c.case for c in configs], device=device)
         return [_row(c, f.first_failing_seq_len, f.failing, overshoot) for c, f in zip(configs, found)]
 
 
-def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int) -> dict[str, object]:
+def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
-    reachable = backend.reachable_len(g, case.mode, case.step_id, overshoot=overshoot)
-    margin = None if first is None else first - reachable - 1
-    status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
+    # Draft-extend at the batch's committed length: the serving run that confirms a row walks committed
+    # lengths, not the extend window (the preflight's draft-extend rows add D: ``reach``).
+    mode = Mode.TARGET_VERIFY if case.mode is Mode.DRAFT_EXTEND else case.mode
+    where = default_reach(config.engine, g, mode, case.step_id, overshoot=overshoot,
+                          algorithm="NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None)
+    # A serving run (``confirm_by_run``: verify steps) cannot be walked past the request table: the
+    # row's reach stops at the table's bound in its mode and at a verify's W - D.
+    walkable = g.max_committed_len(Mode.TARGET_VERIFY) if g.speculative else where.table_bound
+    reachable = min(where.largest_committed, where.table_bound, walkable)
+    margin = margin_of(first, reachable)
+    status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
     engine_bytes = buffer_bytes(case.component, g, case.rule, case.mode)
     safe_bytes = min_safe_bytes(case.component, g, case.mode)
-    kv_budget = g.max_bs * g.context_len * config.setting.preset.kv_bytes_per_token  # this setting's KV cache
+    kv_budget = kv_budget_bytes(g.max_bs, g.context_len, config.setting.preset.kv_bytes_per_token)  # this setting's
     return {
         "engine": config.engine, "backend": config.backend, "rule": case.rule, "width_gen": g.width_gen,
         "replay": case.replay.value, "mode": case.mode.value, "step_id": case.step_id,
@@ -141,7 +154,8 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
         "error": failing.error if failing is not None else None,
         "reachable_len": reachable, "margin": margin, "status": status,
         "engine_bytes": engine_bytes, "safe_bytes": safe_bytes, "extra_bytes": max(0, safe_bytes - engine_bytes),
-        "kv_budget_bytes": kv_budget, "extra_share_of_kv": max(0, safe_bytes - engine_bytes) / kv_budget,
+        "kv_budget_bytes": kv_budget, "extra_share_of_kv": kv_share(safe_bytes - engine_bytes, kv_budget),
+        "reach_why": where.why, "scheduler_reach": where.largest_committed,
     }
 
 
@@ -153,10 +167,10 @@ def full_atlas(engines: Sequence[str] | None = None, **kwargs: object) -> pd.Dat
     return pd.concat([frame, case_backend_rows(str(kwargs.get("device", "cpu")))], ignore_index=True)
 
 
-def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_OVERSHOOT, device: str = "cpu",
+def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = DEFAULT_OVERSHOOT, device: str = "cpu",
               executor: Executor | None = None, presets: Sequence[ModelPreset] | None = None) -> pd.DataFrame:
     """One row per backend, version, setting and mode (see the module note)."""
-    if isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= 1024:
+    if overshoot is not None and (isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= 1024):
         raise ValueError(f"overshoot: {overshoot!r} is out of range (allowed: integers 0 to 1024)")
     versions = load_versions()
     for engine in engines or ():
@@ -167,22 +181,23 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int = DEFAULT_
     parts: dict[int, list[dict[str, object]]] = {}
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
         parts[index] = rows
-    rows = [row for i in sorted(parts) for row in parts[i]] + _pooled_rows(engines, presets, overshoot)
+    chosen = [versions[e] for e in engines] if engines else default_versions()
+    rows = shared_rows([row for i in sorted(parts) for row in parts[i]], chosen, ("rule", "replay", "width_gen"))
+    rows += _pooled_rows(chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
-def _pooled_rows(engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
-                 overshoot: int) -> list[dict[str, object]]:
-    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version."""
-    versions = load_versions()
-    chosen = [versions[e] for e in engines] if engines else list(versions.values())
+def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
+                 overshoot: int | None) -> list[dict[str, object]]:
+    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version
+    (releases whose data give a buffer the same rule, check and width generation share its rows)."""
     presets = list(presets) if presets is not None else load_presets()
     rows = []
-    for version in chosen:
+    for version in distinct(chosen, "*pooled*", ("pooled", "width_gen")):
         grid = settings(pooled_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
         for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
             rows.append(pooled_atlas.row(config, overshoot))
-    return rows
+    return shared_rows(rows, chosen, ("pooled", "width_gen"), component="*pooled*")
 
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
@@ -312,13 +327,17 @@ def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
     (``confirm_by_run``), the case backends (vLLM's) through a request walk or the deployment's step
     (``confirm_by_walk``)."""
     results: list[dict[str, object]] = []
+    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one run
     for _, row in summary.iterrows():
-        if backends.is_table_backend(str(row.backend)):
-            results.append({"run_model": "sglang serving run", **confirm_by_run(row)})
-        elif backends.is_pooled_backend(str(row.backend)):
-            results.append(pooled_atlas.confirm_by_batch_walk(row))
-        else:
-            results.append(confirm_by_walk(row))
+        key = content_key(row)
+        if key not in done:
+            if backends.is_table_backend(str(row.backend)):
+                done[key] = {"run_model": "sglang serving run", **confirm_by_run(row)}
+            elif backends.is_pooled_backend(str(row.backend)):
+                done[key] = pooled_atlas.confirm_by_batch_walk(row)
+            else:
+                done[key] = confirm_by_walk(row)
+        results.append(done[key])
     return pd.concat([summary.reset_index(drop=True), pd.DataFrame(results)], axis=1)
 
 

@@ -32,7 +32,7 @@ _TABLE_FIELDS = {
     "width_gen", "spec_steps", "spec_topk", "draft_has_kv", "accept_len", "max_bs", "max_seq_len", "engine",
     *_OPTIONAL_FIELDS,
 }
-_ALLOCATOR_FIELDS = {"component", "gather", "page_size", "seq_lens", "last_loc", "free_pages", "parked_pages"}
+_ALLOCATOR_FIELDS = {"component", "gather", "page_size", "seq_lens", "last_loc", "free_pages", "parked_pages", "engine"}
 
 
 def _int(data: Mapping[str, object], name: str, default: int | None = None, low: int | None = None) -> int:
@@ -179,8 +179,10 @@ def _options(data: Mapping[str, object], declared: Mapping[str, tuple[str, ...]]
 
 
 def parse_allocator_case(data: Mapping[str, object]) -> AllocatorCase:
+    """An allocator case; ``engine`` fills the release's gather where the case gives none."""
     _reject_unknown(data, _ALLOCATOR_FIELDS)
     try:
+        data = apply_engine(data, "allocator")
         gather = Gather.parse(_str(data, "gather"))
     except ValueError as err:
         raise CaseError(str(err)) from None

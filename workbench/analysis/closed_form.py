@@ -40,7 +40,7 @@ def request_table_width(
     ctx: IntArray, ps: IntArray, d: IntArray, steps: IntArray, topk: IntArray, draft_kv: npt.NDArray[np.bool_],
     gen: IntArray,
 ) -> IntArray:
-    """``W`` for every configuration (spec section 1, generations g1-g3)."""
+    """``W`` for every configuration, width generations g1-g3 (docs/semantics.md#width-generations)."""
     extra = 4 + d
     simple = (ps == 1) | (topk == 1) | ~draft_kv
     per_decode = np.where(simple, np.maximum(steps * topk, d), np.maximum(_cdiv(ps - 1 + steps, ps) * ps * topk, d))

@@ -54,6 +54,7 @@ class ModelPreset:
     draft_has_kv: bool = True  # False for NGRAM, which keeps no KV of its own
     max_bs: int
     width_gen: str = "g1"
+    weights_bytes: int | None = None  # the checkpoint's weights (the KV pool's estimate subtracts them)
 
     def __post_init__(self) -> None:
         for name in ("name", "source"):
@@ -100,8 +101,12 @@ class ModelPreset:
 
     @property
     def kv_budget_bytes(self) -> int:
-        """The KV cache of a full graph batch: ``max_bs`` requests of ``context_len`` tokens."""
-        return self.max_bs * self.context_len * self.kv_bytes_per_token
+        """The KV cache of a full graph batch (``verdict_numbers.kv_budget_bytes``)."""
+        from workbench.analysis.verdict_numbers import kv_budget_bytes
+
+        budget = kv_budget_bytes(self.max_bs, self.context_len, self.kv_bytes_per_token)
+        assert budget is not None
+        return budget
 
 
 def _check_positive(name: str, value: object) -> None:

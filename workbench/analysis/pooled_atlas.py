@@ -18,6 +18,9 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis.memory import ModelPreset
+from workbench.analysis.reach import default_reach
+from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
+from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.pooled import PooledBackend, PooledBuffer
 from workbench.engines.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
@@ -62,17 +65,19 @@ def configurations(versions: Sequence[EngineVersion], settings: Sequence[tuple[M
     return sorted(out, key=lambda c: c.buffer.graph_bytes(c.geometry, c.rule))
 
 
-def row(config: PooledConfig, overshoot: int) -> dict[str, object]:
+def row(config: PooledConfig, overshoot: int | None) -> dict[str, object]:
     """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's."""
     g, buffer = config.geometry, config.buffer
     first = buffer.first_failure(g, config.rule)
-    reachable = buffer.reachable_len(g, overshoot=overshoot)
-    margin = None if first is None else first - reachable - 1
-    status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
+    where = default_reach(config.engine, g, buffer.mode, 0, overshoot=overshoot,
+                          algorithm="NGRAM" if not g.draft_has_kv else None)
+    reachable = min(where.largest_committed, where.table_bound)  # a batch walk stops at the table's bound
+    margin = margin_of(first, reachable)
+    status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
     batch = buffer.worst_batch(g)
     engine_bytes = buffer.graph_bytes(g, config.rule)
     safe_bytes = buffer.safe_bytes(g, reachable)
-    kv_budget = g.max_bs * g.context_len * config.preset.kv_bytes_per_token
+    kv_budget = kv_budget_bytes(g.max_bs, g.context_len, config.preset.kv_bytes_per_token)
     return {
         "engine": config.engine, "backend": config.backend.name, "rule": config.rule, "width_gen": g.width_gen,
         "replay": config.check, "mode": buffer.key, "step_id": g.spec_steps - 1 if buffer.rows(g) > 1 else 0,
@@ -85,8 +90,8 @@ def row(config: PooledConfig, overshoot: int) -> dict[str, object]:
         "error": None,
         "reachable_len": reachable, "margin": margin, "status": status,
         "engine_bytes": engine_bytes, "safe_bytes": safe_bytes, "extra_bytes": max(0, safe_bytes - engine_bytes),
-        "kv_budget_bytes": kv_budget, "extra_share_of_kv": max(0, safe_bytes - engine_bytes) / kv_budget,
-        "batch": batch, "pool_tokens": None if first is None else batch * first,
+        "kv_budget_bytes": kv_budget, "extra_share_of_kv": kv_share(safe_bytes - engine_bytes, kv_budget),
+        "reach_why": where.why, "batch": batch, "pool_tokens": None if first is None else batch * first,
     }
 
 
@@ -137,10 +142,15 @@ def confirm_by_batch_walk(row: pd.Series, device: str = "cpu", *, lead: int = WA
 
 def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """The pooled rows of a summary with their boundaries executed (``confirm_boundary``)."""
+    from workbench.analysis.atlas_releases import content_key
+
     out = summary.copy()
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one execution
     for index, r in summary.iterrows():
         if backends.is_pooled_backend(str(r.backend)):
-            for key, value in confirm_boundary(r, device).items():
-                out.loc[index, key] = value
+            key = content_key(r)
+            done[key] = done.get(key) or confirm_boundary(r, device)
+            for name, value in done[key].items():
+                out.loc[index, name] = value
     return out

@@ -1,48 +1,103 @@
-"""Reachability: the largest committed length a real run reaches, and the margin to a failure.
+"""Reachability: the largest committed length a real run reaches, and why.
 
-A boundary says at which committed length a step first fails; whether a deployment can crash
-depends on whether a run ever gets there. Each engine caps a request near its context limit, as
-its version data says (``data/launch_defaults.json``, ``reach``):
+A boundary says at which committed length ``s`` a step first fails; whether a deployment can crash
+depends on whether a run gets there. For SGLang the answer comes from its scheduler, release by
+release (the facts in ``data/engines/sglang/<version>.json``, section ``reach``, learned by running
+the release's own functions: ``workbench/engines/scheduler_calls.py``):
 
-* SGLang caps a request at ``ctx - 1`` committed tokens (``max_req_len``), but one step may carry
-  a request past the cap (multi-token acceptance, the overlap scheduler letting a finished request
-  ride one more verify). That **overshoot** is explicit: the version's documented default (2: a
-  run reaches ``ctx + 1``), or what the user says. Verify reads ``s + D`` past it, unclamped.
-* vLLM schedules no position at ``max_model_len`` or past it (``max_model_len - 1``, no
-  overshoot), and clamps the KV slots a step reserves, lookahead included, to ``max_model_len``.
+* ``max_req_len = min(ctx - 1, pool - 1)``; a request's ``max_new_tokens`` is clipped to
+  ``max_req_len - input_len - 1`` and, from 0.5.14, to what an empty pool holds
+  (``pool - cdiv(input_len, ps) * ps - ps - 1``). So a request holds at most
+  ``T = min(ctx - 2, pool - 2[, pool - ps - 1])`` tokens, input and outputs together.
+* A request is finished once it has ``max_new_tokens`` outputs. Without overlap scheduling every
+  batch's result is processed before the next batch is formed: a decode batch runs at ``s <= T - 1``,
+  a speculative batch (draft steps and verify at the committed ``s = input + outputs - 1``) at
+  ``s <= T - 2``.
+* With overlap (the default from 0.5.14, and for decode in every release) the next batch is formed
+  while one is in flight, whose accepted tokens the device already counts: a speculative batch runs
+  at up to ``T - 2 + a_max``, where ``a_max`` is the recipe's largest accept length (EAGLE
+  ``min(steps + 1, D)``, NGRAM ``D``). From 0.5.22 the loop leaves out a request whose in-flight
+  result will finish it by length (``_reqs_finishing_inflight``): one token less, ``T - 3 + a_max``;
+  decode stays at ``T - 1`` with that skip and ``T`` without it.
+* Draft-extend (spec v2) writes the verify's ``D`` window again: its ``seq_lens`` are the batch's
+  ``s + D``. Spec v1 (the default up to 0.5.10) extends only unfinished requests by what they
+  accepted, ``s + a <= T - 2``.
 
-Worked example (the first seed, QwQ-32B on Ascend, ctx 32768, NGRAM D 16, ps 128): the cap is
-32767, the overshoot 2, so a run reaches 32769. The Ascend table before the fix (256 pages) first
-fails at 32753: margin 32753 - 32769 = -16, reachable. After it (257 pages, W 32927 under G3) the
-first failure is at 32881: margin +112, a run stops 112 tokens short of it.
+Worked example (0.5.23, ctx 32768, a pool larger than the context, so T = 32766): NGRAM with 16
+draft tokens reaches 32766 - 3 + 16 = 32779 with overlap on and 32764 with it off; EAGLE (5, 4, 8)
+32769 / 32764; EAGLE (3, 1, 4) 32767 / 32764.
+
+vLLM keeps its constant rule (``data/launch_defaults.json``): ``max_model_len - 1``, no overshoot.
+``overshoot`` given explicitly is a what-if: the cap ``ctx - 1`` plus that many tokens, for every mode.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
+from workbench.engines import learned
 from workbench.engines.launch import LaunchVersion, load_launch_data
-from workbench.model.geometry import Mode, ServingGeometry
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 MAX_OVERSHOOT = 1024  # far past anything a step carries (D is at most 1024)
+ACCEPT_FORMS = ("min(steps + 1, draft_tokens)", "draft_tokens")
+
+
+@dataclass(frozen=True)
+class SchedulerFacts:
+    """How one SGLang release's scheduler lets a request grow (its learned ``reach`` section)."""
+
+    engine: str  # the release the facts were learned from
+    clip_offset: int  # max_new_tokens <= max_req_len - input_len - clip_offset
+    memory_clip: bool  # max_new_tokens <= pool - cdiv(input_len, ps) * ps - ps - 1
+    inflight_skip: bool  # the overlap loop skips a request its in-flight result finishes
+    overlap_default: Mapping[str, bool]  # "plain" / "speculative": on unless --disable-overlap-schedule
+    worker_without_overlap: str  # "v1" or "v2": the speculative worker when overlap is off
+    max_accept: Mapping[str, str]  # algorithm -> one of ACCEPT_FORMS
+    sources: Mapping[str, str]  # fact -> how it was obtained (measured: function, states / read: file:line)
+
+    def accept(self, g: ServingGeometry, algorithm: str) -> int:
+        form = self.max_accept.get("NGRAM" if algorithm == "NGRAM" else "EAGLE")
+        if form == "draft_tokens":
+            return g.draft_tokens
+        return min(g.spec_steps + 1, g.draft_tokens)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What a run's reach depends on besides the geometry: each with where it came from."""
+
+    overlap: bool | None = None  # None: the release's default
+    overlap_source: str = ""
+    pool_tokens: int | None = None  # None: a pool larger than any one request
+    pool_source: str = "assumed larger than the context"
+    algorithm: str | None = None  # "EAGLE", "NGRAM" (None: from the geometry, EAGLE with drafts)
 
 
 @dataclass(frozen=True)
 class ReachRule:
-    """How far one engine version lets a request get, read from its source."""
+    """How far one engine version lets a request get: its scheduler's facts, or a constant."""
 
     engine: str
     cap_offset: int  # the scheduler caps committed tokens at ctx - cap_offset
-    overshoot: int  # committed tokens one step may carry past the cap
+    overshoot: int | None  # a constant overshoot past the cap (vLLM: 0; a what-if); None: derived
     clamps_reads: bool  # reads (lookahead included) are clamped to ctx
     sources: dict[str, str]
+    scheduler: SchedulerFacts | None = None
+    substituted: str | None = None  # the release whose facts stand in, where not this one's own
 
     def with_overshoot(self, overshoot: int | None) -> ReachRule:
         if overshoot is None:
             return self
         if isinstance(overshoot, bool) or not isinstance(overshoot, int) or not 0 <= overshoot <= MAX_OVERSHOOT:
             raise ValueError(f"--overshoot: {overshoot!r} is out of range (allowed: 0 to {MAX_OVERSHOOT})")
-        return ReachRule(self.engine, self.cap_offset, overshoot, self.clamps_reads, self.sources)
+        return replace(self, overshoot=overshoot, sources={**self.sources, "overshoot": "--overshoot (a what-if)"})
+
+    def overlap_default(self, speculative: bool) -> bool | None:
+        if self.scheduler is None:
+            return None
+        return self.scheduler.overlap_default["speculative" if speculative else "plain"]
 
 
 @dataclass(frozen=True)
@@ -50,14 +105,17 @@ class Reach:
     """The largest committed length a run reaches in one mode, and why."""
 
     largest_committed: int
-    cap: int  # the scheduler's cap
-    overshoot: int
+    cap: int  # ctx - 1, the scheduler's request cap
+    overshoot: int  # largest_committed - cap (negative: a run stops short of the cap)
     table_bound: int  # the largest committed length the request table holds in this mode
+    why: str = ""  # the terms: recipe, overlap, worker, pool
+    conditions: tuple[str, ...] = field(default_factory=tuple)  # what must hold for a run to get there
 
     def margin(self, first_failing: int | None) -> int | None:
-        """Tokens between the largest committed length reached and the first failing one: > 0 is
-        safe by that many tokens, <= 0 is a failure a run reaches. None: nothing fails."""
-        return None if first_failing is None else first_failing - self.largest_committed
+        """``first - reach - 1`` (``verdict_numbers.margin``): >= 0 safe, < 0 a run reaches it."""
+        from workbench.analysis.verdict_numbers import margin
+
+        return margin(first_failing, self.largest_committed)
 
     def reaches(self, first_failing: int | None) -> bool:
         return first_failing is not None and first_failing <= self.largest_committed
@@ -72,29 +130,179 @@ def _cap_offset(expression: object, engine: str) -> int:
     raise ValueError(f"{engine}: reach.committed_cap: {expression!r} is not 'context_len - N'")
 
 
+def scheduler_facts(engine: str) -> tuple[SchedulerFacts | None, str | None]:
+    """The learned facts for ``engine`` (a pseudo-version takes its release's), and the release they
+    were learned from where that is another one (the nearest learned release)."""
+    from workbench.engines import releases
+
+    release = engine.split("+", 1)[0]
+    candidates = learned.learned_releases(release.split("==", 1)[0])
+    with_reach = [c for c in candidates if learned.section(c, "reach")]
+    chosen = releases.nearest(with_reach, release) if with_reach else None
+    if chosen is None:
+        return None, None
+    section = learned.section(chosen, "reach") or {}
+    return parse_facts(chosen, section), (chosen if chosen != release else None)
+
+
+def parse_facts(engine: str, section: Mapping[str, object]) -> SchedulerFacts:
+    def value(name: str) -> object:
+        fact = section.get(name)
+        if not isinstance(fact, dict) or "value" not in fact:
+            raise ValueError(f"{engine}: learned reach.{name}: missing")
+        return fact["value"]
+
+    accept = value("max_accept")
+    overlap = value("overlap_default")
+    if not isinstance(accept, dict) or any(v not in ACCEPT_FORMS for v in accept.values()):
+        raise ValueError(f"{engine}: learned reach.max_accept: {accept!r} (allowed forms: {', '.join(ACCEPT_FORMS)})")
+    if not isinstance(overlap, dict):
+        raise ValueError(f"{engine}: learned reach.overlap_default: {overlap!r} is not an object")
+    return SchedulerFacts(engine=engine, clip_offset=int(str(value("clip_offset"))),
+                          memory_clip=bool(value("memory_clip")), inflight_skip=bool(value("inflight_skip")),
+                          overlap_default={k: bool(v) for k, v in overlap.items()},
+                          worker_without_overlap=str(value("worker_without_overlap")), max_accept=dict(accept),
+                          sources={k: _how(v) for k, v in section.items() if isinstance(v, dict)})
+
+
+def _how(fact: Mapping[str, object]) -> str:
+    if fact.get("how") == "measured":
+        return f"measured: {fact.get('function')} on {fact.get('states')} states"
+    if fact.get("how") == "read":
+        return f"read: {fact.get('source')}"
+    return f"absent: {fact.get('reason')}"
+
+
 def reach_rule(version: LaunchVersion | str) -> ReachRule:
-    """The version's reach, from ``data/launch_defaults.json``."""
+    """The version's reach: its learned scheduler facts, or the constant of ``launch_defaults.json``."""
     if isinstance(version, str):
         version = load_launch_data().version(version)
     entries = version.reach
     missing = [k for k in ("committed_cap", "overshoot", "lookahead_clamp") if k not in entries]
     if missing:
         raise ValueError(f"{version.engine}: reach.{missing[0]}: missing in the launch data")
+    facts, substituted = scheduler_facts(version.engine) if version.family == "sglang" else (None, None)
     overshoot = entries["overshoot"].value
     if not isinstance(overshoot, int):
         raise ValueError(f"{version.engine}: reach.overshoot: {overshoot!r} is not an integer")
     return ReachRule(
         engine=version.engine,
         cap_offset=_cap_offset(entries["committed_cap"].value, version.engine),
-        overshoot=overshoot,
+        overshoot=None if facts is not None else overshoot,
         clamps_reads=entries["lookahead_clamp"].value is not None,
-        sources={k: v.source for k, v in entries.items()},
+        sources={k: v.source for k, v in entries.items()}, scheduler=facts, substituted=substituted,
     )
 
 
-def reach(rule: ReachRule, geometry: ServingGeometry, mode: Mode, step_id: int = 0) -> Reach:
-    """The largest committed length a run reaches in ``mode``: the cap plus the overshoot, never
-    past what the request table holds (a step past it is not a state the engine can be in)."""
-    cap = geometry.context_len - rule.cap_offset
-    bound = geometry.max_committed_len(mode, step_id)
-    return Reach(max(1, min(cap + rule.overshoot, bound)), cap, rule.overshoot, bound)
+# ---- the model ---------------------------------------------------------------------------------
+
+
+def request_budget(facts: SchedulerFacts, ctx: int, pool: int | None, page_size: int) -> int:
+    """``T``: the most tokens (input and outputs) one request holds, over every input length."""
+    cap = ctx - 1 if pool is None else min(ctx - 1, pool - 1)
+    budget = cap - facts.clip_offset
+    if facts.memory_clip and pool is not None:
+        budget = min(budget, pool - page_size - 1)  # an input that fills whole pages
+    return budget
+
+
+def clip(facts: SchedulerFacts, ctx: int, pool: int | None, page_size: int, input_len: int,
+         requested: int | None) -> int:
+    """``max_new_tokens`` after the scheduler's clipping (the conformance row's model side)."""
+    cap = ctx - 1 if pool is None else min(ctx - 1, pool - 1)
+    budget = min(requested if requested is not None else 1 << 30, cap - input_len - facts.clip_offset)
+    if facts.memory_clip and pool is not None:
+        budget = min(budget, pool - cdiv(input_len, page_size) * page_size - page_size - 1)
+    return max(0, budget)
+
+
+def longest_step(facts: SchedulerFacts, *, input_len: int, max_new_tokens: int, speculative: bool, overlap: bool,
+                 max_accept: int) -> int | None:
+    """The largest committed length a batch carrying one request runs at (None: no batch does).
+
+    Normal loop: a batch runs while outputs < M. Overlap: the batch is formed with ``o`` outputs
+    processed and ``a`` in flight; it runs while ``o < M`` (and ``o + 1 < M`` with the in-flight
+    skip); the prefill's one token is the first in flight."""
+    m = max_new_tokens
+    offset = input_len - (1 if speculative else 0)
+    accept = max_accept if speculative else 1
+    if not overlap:
+        return offset + m - 1 if m >= 2 else None
+    # o must satisfy o < M, or o + 1 < M with the skip; but the batch formed while the prefill is in
+    # flight (o = 0) runs whatever M is unless skipped: finishing is only checked on a processed result.
+    largest_processed = m - 2 if facts.inflight_skip else max(m - 1, 0)
+    if largest_processed < 0:
+        return None
+    if largest_processed == 0:
+        return offset + 1  # only the batch formed while the prefill (one token) is in flight
+    return offset + largest_processed + accept
+
+
+def speculative_worker(facts: SchedulerFacts, overlap: bool) -> str:
+    return "v2" if overlap else facts.worker_without_overlap
+
+
+def reach(rule: ReachRule, geometry: ServingGeometry, mode: Mode, step_id: int = 0,
+          conditions: Conditions | None = None) -> Reach:
+    """The largest committed length a run reaches in ``mode``, never past what the request table holds."""
+    g, cond = geometry, conditions or Conditions()
+    cap = g.context_len - rule.cap_offset
+    bound = g.max_committed_len(mode, step_id)
+    if rule.overshoot is not None or rule.scheduler is None:
+        overshoot = rule.overshoot or 0
+        largest = max(1, min(cap + (overshoot if g.speculative else 0), bound))
+        why = (f"ctx - {rule.cap_offset} + overshoot {overshoot} ({rule.sources.get('overshoot', '')})"
+               if g.speculative else f"ctx - {rule.cap_offset} ({rule.sources.get('committed_cap', '')})")
+        return Reach(largest, cap, largest - cap, bound, why, ())
+    return _scheduler_reach(rule, rule.scheduler, g, mode, cond, cap, bound)
+
+
+def _scheduler_reach(rule: ReachRule, facts: SchedulerFacts, g: ServingGeometry, mode: Mode, cond: Conditions,
+                     cap: int, bound: int) -> Reach:
+    overlap = cond.overlap if cond.overlap is not None else facts.overlap_default["speculative" if g.speculative else "plain"]
+    budget = request_budget(facts, g.context_len, cond.pool_tokens, g.page_size)
+    algorithm = cond.algorithm or "EAGLE"
+    accept = facts.accept(g, algorithm) if g.speculative else 1
+    # The longest request: input and max_new_tokens summing to T, with max_new_tokens 3 (enough for
+    # every case of ``longest_step``; a longer one reaches the same length).
+    step = longest_step(facts, input_len=budget - 3, max_new_tokens=3, speculative=g.speculative, overlap=overlap,
+                        max_accept=accept)
+    assert step is not None
+    worker = speculative_worker(facts, overlap) if g.speculative else None
+    terms = [f"T = {budget}" + (f" (pool {cond.pool_tokens}: {cond.pool_source})" if cond.pool_tokens else ""),
+             f"overlap {'on' if overlap else 'off'}" + (f" ({cond.overlap_source})" if cond.overlap_source else
+                                                       " (the release's default)")]
+    if g.speculative:
+        terms.append(f"{algorithm} a_max {accept}, spec {worker}")
+        if overlap:
+            terms.append("in-flight skip" if facts.inflight_skip else "no in-flight skip")
+    if mode is Mode.DRAFT_EXTEND:
+        if worker == "v2":
+            step += g.draft_tokens
+            terms.append(f"draft-extend + D {g.draft_tokens}")
+        else:
+            step = budget - 2
+            terms.append("v1 draft-extend: unfinished requests only")
+    largest = max(1, step)
+    if largest > bound:  # the engine gets there: its request-table row is too narrow for the step
+        terms.append(f"past the request table's {bound} for this mode (the request-table row overflows)")
+    if rule.substituted:
+        terms.append(f"facts of {rule.substituted}")
+    conditions = (f"overlap {'on' if overlap else 'off'}",) + ((f"accept length {accept}",) if g.speculative and overlap else ())
+    return Reach(largest, cap, largest - cap, bound, "; ".join(terms), conditions)
+
+
+def default_reach(engine: str, g: ServingGeometry, mode: Mode, step_id: int = 0, *, algorithm: str | None = None,
+                  overshoot: int | None = None) -> Reach:
+    """The reach at the release's defaults (overlap as it ships, a pool larger than the context), or the
+    what-if of an explicit ``overshoot``; the atlas's rows use it."""
+    rule = _rule_for(engine).with_overshoot(overshoot)
+    return reach(rule, g, mode, step_id, Conditions(algorithm=algorithm))
+
+
+def _rule_for(engine: str) -> ReachRule:
+    data = load_launch_data()
+    if engine in data.versions:
+        return reach_rule(data.versions[engine])
+    base = engine.split("+", 1)[0]
+    return reach_rule(data.versions[base]) if base in data.versions else reach_rule(data.version(data.newest["sglang"]))

@@ -87,7 +87,8 @@ def _check_ints(name: str, values: tuple[object, ...], low: int, high: int) -> N
 class SweepGrid:
     """The axes of a table sweep; every valid combination is one configuration.
 
-    ``overshoot`` is how far a committed length may pass ``ctx - 1`` for a step (spec section 1:
+    ``overshoot`` is how far a committed length may pass ``ctx - 1`` for a step
+    (docs/semantics.md#reach-and-margin:
     multi-token acceptance and the overlap scheduler let a finished request ride one more step).
     ``replays`` apply to DSA rows only; NPU rows use the dynamic replay.
     """
@@ -245,7 +246,7 @@ def typed_frame(rows: list[dict[str, object]] | pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(SWEEP_COLUMNS)) if isinstance(rows, list) else rows
     frame = frame.astype(SWEEP_COLUMNS)
     for column, dtype in SWEEP_COLUMNS.items():
-        if dtype == "object":  # pandas reads text back as str with NaN; keep None as the spec says
+        if dtype == "object":  # pandas reads text back as str with NaN; keep None where the record has None
             frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame.reset_index(drop=True)
 

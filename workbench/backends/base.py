@@ -117,8 +117,8 @@ class TableBackend(ABC):
     on_overflow: str  # one line: what a step that asks for more than a row holds comes to
     seeds: tuple[Seed, ...] = ()
     page_sizes: tuple[int, ...] = (1,)  # the page sizes deployments run it with (the atlas's settings)
-    # One of the spec's seed components: sweeps, memory tables and runs that name no component
-    # cover these, so every default frame stays what it was before other backends were added.
+    # One of the three seeds' components (docs/glossary.md#seed): sweeps, memory tables and runs that
+    # name no component cover these, so every default frame stays what it was before other backends were added.
     in_defaults: bool = False
 
     @property
@@ -148,12 +148,13 @@ class TableBackend(ABC):
     def reachable_len(self, geometry: ServingGeometry, mode: Mode, step_id: int = 0, *, overshoot: int = 2) -> int:
         """The largest committed length a real run replays in ``mode``.
 
-        SGLang's scheduler caps a request at ``ctx - 1`` committed tokens (spec section 1; 0.5.23:
+        SGLang's scheduler caps a request at ``ctx - 1`` committed tokens (0.5.23:
         ``max_req_len = context_len - 1`` in ``srt/managers/tp_worker.py:421-424``, and
         ``max_new_tokens`` clamped to ``max_req_len - input_len - 1`` in
-        ``srt/managers/scheduler.py:2709-2716``); with speculation a finished request can ride one
-        more verify and multi-token acceptance can pass the cap, by ``overshoot`` tokens (spec
-        section 1: one and two are seen in crash reports). The request table's bound caps it too.
+        ``srt/managers/scheduler.py:2709-2716``; docs/engine-facts.md#sglang-scheduler-caps); with
+        speculation a finished request can ride one more verify and multi-token acceptance can pass
+        the cap, by ``overshoot`` tokens (the workbench's own default, docs/semantics.md#reach-and-margin).
+        The request table's bound caps it too.
         """
         return reachable_committed_len(geometry, mode, step_id, overshoot=overshoot)
 

@@ -27,7 +27,7 @@ class DecodeGather(ABC):
     change: str  # the engine change it stands for
     quirk: str  # one line: what it does at an exactly full or a short pool
     fixed_by: str | None = None  # the gather that fixed this one, where one did
-    in_defaults: bool = True  # one of the spec's three: sweeps and explorers that name no gather cover these
+    in_defaults: bool = True  # one of the three seeds' gathers: sweeps and explorers that name no gather cover these
 
     @abstractmethod
     def decode(self, alloc: PagedAllocator, need: torch.Tensor, start: torch.Tensor, last: torch.Tensor,

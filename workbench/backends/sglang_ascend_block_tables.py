@@ -1,4 +1,4 @@
-"""SGLang's Ascend NPU backend: the graph-mode block tables (spec section 2).
+"""SGLang's Ascend NPU backend: the graph-mode block tables.
 
 ``init_cuda_graph_state`` sizes ``block_tables`` (and, for hybrid sliding-window models,
 ``block_tables_swa``) once; every replay rebuilds the page ids of the batch from the request table
@@ -171,7 +171,8 @@ class NpuBlockTables:
         draft_tokens: int = 0,
         step_id: int = 0,
     ) -> int:
-        """The two replays without the CPU mirror ``seq_lens_cpu`` (SGLang 0.5.23, engines.md 1.2).
+        """The two replays without the CPU mirror ``seq_lens_cpu`` (SGLang 0.5.23,
+        docs/engine-facts.md#sglang-ascend-block-tables).
 
         With ``max_seq_len_host`` (the scheduler's host-side max of the allocated lengths) the
         reads are that plus ``step_id + 1`` in a draft step and plus ``D`` in every other

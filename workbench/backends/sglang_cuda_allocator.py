@@ -1,8 +1,8 @@
-"""SGLang's CUDA paged allocator: a Triton kernel, one program per row (spec section 4).
+"""SGLang's CUDA paged allocator: a Triton kernel, one program per row.
 
-Only rows that open a page read ``free_pages[start]``, so an exactly full pool is safe. The version
-the spec describes checks capacity *after* the kernel: on a real shortage the kernel has already
-read past the free list (on a GPU an illegal memory access) before ``alloc_decode`` returns None.
+Only rows that open a page read ``free_pages[start]``, so an exactly full pool is safe. Up to 0.5.18
+(docs/engine-facts.md#sglang-cuda-allocator) it checks capacity *after* the kernel: on a real
+shortage the kernel has already read past the free list (on a GPU an illegal memory access) before ``alloc_decode`` returns None.
 The workbench records that read as a silent over-read. It merges parked pages when the batch
 *might* need more than is free (``bs > len(free_pages)``), before it has counted the openers.
 
@@ -58,7 +58,7 @@ class CudaMaskedGather(DecodeGather):
 
 class CudaCheckedGather(CudaMaskedGather):
     name = "cuda-checked"
-    in_defaults = False  # a version's behaviour (0.5.23), not one of the spec's three
+    in_defaults = False  # a version's behaviour (0.5.23), not one of the three seeds' gathers
     change = "sglang 0.5.23: capacity checked before the kernel (srt/mem_cache/allocator/paged.py:290-300)"
     quirk = "only page-opening rows read, and never on a short pool: None before any read"
 

@@ -1,4 +1,4 @@
-"""The DSA (DeepSeek sparse attention) backend's graph-captured page table (spec section 3).
+"""The DSA (DeepSeek sparse attention) backend's graph-captured page table.
 
 The graph keeps ``page_table``, a token-granular map (one row per query token, so ``bs * D`` rows
 in verify) from token position to KV slot, and for ``ps > 1`` the page-level
@@ -173,7 +173,8 @@ GLM_SEED = Seed(
     expected_error="The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1",
 )
 
-# Query tokens per request of the captured graph (max_num_tokens / max_bs, spec section 1).
+# Query tokens per request of the captured graph (max_num_tokens / max_bs,
+# docs/semantics.md#graph-modes).
 def graph_tokens_per_request(geometry: ServingGeometry, mode: Mode) -> int:
     if mode is Mode.TARGET_VERIFY:
         return geometry.draft_tokens
@@ -193,7 +194,7 @@ class DsaPageTableBackend(TableBackend):
     buffer_name = "page_table"
     unit = "tokens"
     pad_seq_len = SEQ_FILL
-    page_sizes = (64,)  # DSA on CUDA forces 64 (spec section 3)
+    page_sizes = (64,)  # DSA on CUDA forces 64 (docs/engine-facts.md#sglang-launch-defaults)
     short = "dsa"
     rules = RULES
     modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)

@@ -1,4 +1,4 @@
-"""SGLang's FlashAttention (FA3) backend: the graph-captured ``page_table`` (engines.md section 2).
+"""SGLang's FlashAttention (FA3) backend: the graph-captured ``page_table``.
 
 ``init_cuda_graph_state`` makes ``page_table`` ``(max_bs, cdiv(ctx, ps))`` int32 for decode, draft
 decode (topk 1), target verify and draft extend, blind to the draft tokens. Replay does not copy

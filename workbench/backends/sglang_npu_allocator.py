@@ -1,4 +1,4 @@
-"""SGLang's NPU paged allocator: ``alloc_decode`` gathers for every row (spec section 4).
+"""SGLang's NPU paged allocator: ``alloc_decode`` gathers for every row.
 
 The NPU version computes every row's free-list index and gathers for all of them, masking rows
 that open no page by arithmetic. A row after the last page-opening row has ``start == n_new``,

@@ -1,4 +1,4 @@
-"""SGLang's TRT-LLM MHA backend: ``page_table`` on three paths (engines.md section 2).
+"""SGLang's TRT-LLM MHA backend: ``page_table`` on three paths.
 
 The width is ``max_num_pages = cdiv(ctx, ps)`` pages (``trtllm_mha_backend.py:351``), blind to
 the draft tokens, for every table the backend keeps. Which kernel fills it depends on the path,

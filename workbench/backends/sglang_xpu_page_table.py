@@ -1,4 +1,4 @@
-"""SGLang's XPU attention backend: the graph-captured ``page_table`` (engines.md section 2).
+"""SGLang's XPU attention backend: the graph-captured ``page_table``.
 
 ``init_cuda_graph_state`` makes ``page_table`` ``(max_bs, cdiv(ctx, ps))`` int32, blind to the
 draft tokens, as FA3 does. Replay runs the same fused Triton kernel as FA3

@@ -1,5 +1,5 @@
-"""vllm-ascend: the block table an ACL graph's draft steps read (engines.md section 4; vllm-ascend
-issue 9098, the reset of PR 10117).
+"""vllm-ascend: the block table an ACL graph's draft steps read (vllm-ascend
+issue 9098, the reset of PR 10117; docs/engine-facts.md#vllm-ascend-block-table).
 
 Read from the vllm-ascend source at commit 182b75e (August 2026; there is no wheel on the package
 index, only an sdist that builds against CANN):

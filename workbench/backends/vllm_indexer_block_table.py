@@ -1,5 +1,6 @@
 """vLLM v1: the DSA sparse indexer's ``expanded_block_table_buffer`` against the block table it is
-filled from (engines.md section 4; crash report vLLM 46074, fixed by PR 50302).
+filled from (crash report vLLM 46074, fixed by PR 50302;
+docs/engine-facts.md#vllm-indexer-block-table).
 
 The worker's block table (``v1/worker/block_table.py``) is ``(max_num_reqs, T)`` int32 with
 ``T = cdiv(max_model_len, block_size * dcp)`` blocks, aligned up by version:

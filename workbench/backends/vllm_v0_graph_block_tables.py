@@ -1,5 +1,5 @@
-"""vLLM V0: the CUDA graph's ``graph_block_tables`` and the lookahead slots (engines.md section 4;
-crash reports vLLM 5563 and 8145, fixed by PR 8340 in 0.6.2).
+"""vLLM V0: the CUDA graph's ``graph_block_tables`` and the lookahead slots (crash reports
+vLLM 5563 and 8145, fixed by PR 8340 in 0.6.2; docs/engine-facts.md#vllm-v0-graph-block-tables).
 
 ``ModelRunner`` keeps one numpy table for every captured graph, ``(max_batchsize_to_capture,
 cdiv(max_seq_len_to_capture, block_size))`` int32 (``worker/model_runner.py`` 873-875, 1013-1015).

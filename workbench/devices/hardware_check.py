@@ -96,7 +96,7 @@ def quick_suite(repeats: int = 3) -> Suite:
         qk_rope_head_dim=64, kv_dtype_bytes=2, page_size=64, draft_tokens=6, spec_steps=5, max_bs=4,
     )
     geometry = small.geometry
-    # The spec's two tables only: the quick suite is the full one's shape in seconds, not its breadth.
+    # The two seeds' tables only: the quick suite is the full one's shape in seconds, not its breadth.
     components = backends.DEFAULT_COMPONENTS
     timing = tuple(TimingCase(name=f"small-{backends.backend_of(c).short}", component=c, geometry=geometry, seq_len=1000,
                               batch=2) for c in components)

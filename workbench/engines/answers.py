@@ -8,6 +8,7 @@ disagreement can be printed as it is.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,12 @@ def catching(call: Callable[[], Answer]) -> Answer:
         return call()
     except (StandInCalled, Moved):
         raise  # not the engine's answer: a library that is not here, or a method that moved
+    except TypeError as error:
+        if _call_shape(error):
+            # The release's function takes other arguments than the ones the call gives (a
+            # signature that moved): not the engine's answer to the state.
+            raise Moved(f"this version's function takes other arguments: {error}") from error
+        return raised(error)
     except AttributeError as error:
         if getattr(getattr(error, "obj", None), MADE_HERE, False):
             # The version reads an attribute the set-up does not give its object: ours is not
@@ -90,6 +97,20 @@ def catching(call: Callable[[], Answer]) -> Answer:
         return raised(error)
     except Exception as error:  # noqa: BLE001 - an engine's exception is data to compare
         return raised(error)
+
+
+_BINDING = ("positional argument", "unexpected keyword argument", "missing a required argument",
+            "too many positional arguments", "required positional argument", "required keyword-only argument")
+
+
+def _call_shape(error: TypeError) -> bool:
+    """Whether a TypeError is the call not fitting the function's signature: raised where the
+    call is made (conformance's own call module), or by triton binding a kernel's arguments."""
+    if not any(text in str(error) for text in _BINDING):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    last = frames[-1].filename if frames else ""
+    return last.endswith(("sglang_calls.py", "sglang_calls_older.py")) or "/triton/" in last
 
 
 def first_difference(engine: Answer, model: Answer) -> str:

@@ -22,6 +22,7 @@ import torch
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.backends import POOLED_BACKENDS, PooledBuffer, backend_of, pooled_backend_of
 from workbench.engines import model_calls as mc
+from workbench.engines import scheduler_calls, scheduler_checks
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, Moved
@@ -41,6 +42,8 @@ class Check:
     # function -> the workbench backend whose model the row runs, where that model stands for the
     # versions whose entry in data/engines.json lists the backend only (the worker skips the others)
     backends: Mapping[str, str] = field(default_factory=dict)
+    # True: the row's model needs no data/engines.json entry (it runs for every listed release)
+    any_release: bool = False
 
     def needs_triton(self, function: str) -> bool:
         return function in self.triton
@@ -62,6 +65,7 @@ MODULE_PATHS = {
     "spec_utils": "sglang.srt.speculative.spec_utils",
     "attn_utils": "sglang.kernels.ops.attention.utils",
     "cache_locs": "sglang.kernels.ops.speculative.cache_locs",
+    **scheduler_calls.MODULE_PATHS,
 }
 
 
@@ -142,7 +146,7 @@ def _dsa_width(b: Mapping[str, Any]) -> Callable[[st.State], int]:
     return lambda s: RULES[b["dsa_rule"]].width(st.geometry_of(s))
 
 
-ASCEND_SEEDS = [_seed_state(QWQ_NPU.before, "NGRAM", "QwQ-32B NGRAM verify at 32753 (spec section 2)")]
+ASCEND_SEEDS = [_seed_state(QWQ_NPU.before, "NGRAM", "QwQ-32B NGRAM verify at 32753 (the Ascend seed)")]
 
 
 def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
@@ -163,7 +167,7 @@ def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
                partial(mc.model_ascend_replay, state, b, tables))
 
 
-DSA_SEEDS = [_seed_state(GLM_DSA.before, "EAGLE", "GLM-5.2 EAGLE verify at 90001 (spec section 3)")]
+DSA_SEEDS = [_seed_state(GLM_DSA.before, "EAGLE", "GLM-5.2 EAGLE verify at 90001 (the DSA seed)")]
 
 
 def _dsa_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,
@@ -310,9 +314,9 @@ BUILDERS: dict[str, Builder] = {
         "aiter_page_table", AITER, ec.engine_aiter_verify, (1, 2, 16, 64), grid_tokens=lambda ps: 1024 * ps),
 }
 
-# The worked cases (engines.md's CPU run: ps 16, a row of 4 pages, a verify reading 66 tokens,
-# which XPU, TRT-LLM MHA eager, FlashMLA and AITER store into the next row and TRT-LLM MHA's
-# graph kernel stops at; and the grids' edge cases): function, page size, width in pages,
+# The worked cases (docs/engine-facts.md#sglang-page-builders-on-a-cpu: ps 16, a row of 4 pages, a
+# verify reading 66 tokens, which XPU, TRT-LLM MHA eager, FlashMLA and AITER store into the next row
+# and TRT-LLM MHA's graph kernel stops at; and the grids' edge cases): function, page size, width in pages,
 # committed lengths, D (each a target verify). Each is also tried with its lengths reversed: the
 # interpreter runs a kernel's programs in batch order, so a first request's spill into row 1 is
 # overwritten by row 1's own stores and its table equals one without the spill (9 of these 10
@@ -320,13 +324,13 @@ BUILDERS: dict[str, Builder] = {
 # batch, which no request's own stores cover.
 BUILDER_SEEDS: tuple[tuple[str, int, int, tuple[int, ...], int, str], ...] = (
     ("metadata.normal_decode_set_metadata[xpu]", 16, 4, (62, 20), 4,
-     "engines.md: ps 16, 4 pages, a verify reading 66 tokens stores a fifth page into row 1"),
+     "worked case: ps 16, 4 pages, a verify reading 66 tokens stores a fifth page into row 1"),
     ("metadata.normal_decode_set_metadata[xpu]", 1, 8, (10, 3, 8), 2,
      "ps 1, 8 pages: rows 0 and 2 store 4 and 2 pages past their ends"),
     ("trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata", 16, 4, (62, 20), 4,
-     "engines.md: the graph kernel stops at the row's end (max_seq_pages = 4)"),
+     "worked case: the graph kernel stops at the row's end (max_seq_pages = 4)"),
     ("trtllm_mha_page_table.build_trtllm_mha_page_table", 16, 4, (62, 20), 4,
-     "engines.md: the eager builder's grid of 256 pages lets page 4 into row 1"),
+     "worked case: the eager builder's grid of 256 pages lets page 4 into row 1"),
     ("trtllm_mha_page_table.build_trtllm_mha_page_table", 1024, 4, (4100, 5), 4,
      "ps 1024: 4 pages are the grid's one program, the store stops at the row's end"),
     ("trtllm_mha_page_table.build_trtllm_mha_page_table", 1024, 3, (3100, 5), 4,
@@ -336,7 +340,7 @@ BUILDER_SEEDS: tuple[tuple[str, int, int, tuple[int, ...], int, str], ...] = (
     ("kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]", 64, 64, (4094, 70), 4,
      "TRT-LLM MLA: 64 pages (padded), the grid ends at the row's end"),
     ("aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel", 16, 4, (62, 20), 4,
-     "engines.md: the verify scatter's program of 1024 pages stores page 4 into row 1"),
+     "worked case: the verify scatter's program of 1024 pages stores page 4 into row 1"),
     ("aiter_unified_page_table.scatter_req_to_token_to_page_table_kernel", 1, 1024, (1022, 5), 4,
      "ps 1, 1024 pages: the grid ends at the row's end, no spill"),
 )
@@ -739,5 +743,6 @@ CHECKS = (
                                          "kv_indices.create_flashinfer_kv_indices_triton[target-verify]"), _pooled_pairs,
           triton=("cache_locs.generate_draft_decode_kv_indices",
                   "kv_indices.create_flashinfer_kv_indices_triton[target-verify]")),
+    Check(scheduler_checks.MODULES, scheduler_checks.FUNCTIONS, scheduler_checks.pairs, any_release=True),
 )
 

@@ -3,8 +3,8 @@
 For every version asked for, the engine's wheel is fetched into the workbench's cache (once), a
 worker process of its own loads it (``worker.py``) and runs every check on the same seeded
 states as the models, and this module gathers the rows and prints them: a table, or one JSON
-object per line. The behaviour each version ships (which sizing rule, replay, gather...) is read
-from ``data/engines.json``; its ``conformance`` entries hold what only conformance needs.
+object per line. The behaviour each version ships (which sizing rule, replay, gather...) and
+where its modules are come from its learned data (``workbench engines learn``, ``behaviour.py``).
 """
 
 from __future__ import annotations
@@ -14,45 +14,20 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO, Any
 
 from workbench.engines import wheels
-from workbench.engines.versions import DEFAULT_VERSIONS
 
 Row = dict[str, Any]
 DEFAULT_STATES = 1000
 
 
-SPECIAL = ("module_paths", "patch", "wheel", "torchvision")  # conformance entries that are not model settings
+def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model settings that stand for ``engine`` and how to load it (``behaviour.py``: from
+    the release's learned data)."""
+    from workbench.engines.behaviour import behaviour as learned_behaviour
 
-
-def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The model settings that stand for ``engine``, and how to load it.
-
-    The first also holds ``backends``: the backends the version's entry lists, each with its
-    settings (``{"sglang-xpu-page-table": {"rule": "context"}, ...}``); a row whose model is one
-    of the backends runs only for the versions that list it (``Check.backends``).
-
-    The second dict holds ``module_paths`` (modules that moved in this version), ``wheel`` (the
-    released version whose code is loaded; a patched variant such as
-    ``sglang==0.5.14+dsa-width-w`` names its base) and ``patch`` (a one-line edit in the
-    engine's own source-patcher format, for a behaviour no release carries).
-    """
-    data = json.loads(path.read_text())
-    if not engine.startswith("sglang=="):  # the worker loads SGLang's functions; vLLM's run elsewhere
-        raise ValueError(f"engine: {engine!r} is not an SGLang version: this command runs SGLang's functions; "
-                         "vLLM's own code is checked by tests/test_vllm.py (tests/vllm_released.py, cached wheels)")
-    for version in data.get("versions", []):
-        if version.get("engine") == engine:
-            entries = version.get("conformance", {})
-            settings = {name: entry["value"] for name, entry in entries.items() if name not in SPECIAL}
-            settings["backends"] = {backend: {name: entry["value"] for name, entry in fields.items()}
-                                    for backend, fields in version.get("backends", {}).items()}
-            load = {name: entries[name]["value"] for name in SPECIAL if name in entries}
-            return settings, load
-    known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
-    raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {known})")
+    return learned_behaviour(engine)
 
 
 def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool | None = None,
@@ -68,7 +43,9 @@ def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, tri
     triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir() if triton is None else None
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
-           "patch": load.get("patch"), "only": list(only),
+           "patch": load.get("patch"), "only": list(only), "unlearned": load.get("unlearned", {}),
+           "tolerant": load.get("tolerant", False), "names": load.get("names", {}),
+           "absent_modules": load.get("absent_modules", {}),
            "triton_dir": str(triton_dir) if triton_dir else None,
            "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
     return _run_worker(job, timeout)
@@ -124,14 +101,37 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def expand(engines: Sequence[str]) -> list[str]:
+    """``NAME==VERSION`` as given; a bare engine name (``sglang``) stands for every release of it
+    with learned buffer data, oldest first."""
+    from workbench.engines.versions import measured_releases
+
+    out: list[str] = []
+    for engine in engines:
+        out += measured_releases(engine) if "==" not in engine else [engine]
+    return out
+
+
+def summary_table(rows: Sequence[Row]) -> str:
+    """One line per release: rows run, states, states agreeing, rows skipped."""
+    lines = [f"{'release':<18} {'rows run':>8} {'states':>8} {'agree':>8} {'skipped':>8}  disagreeing rows"]
+    for engine in dict.fromkeys(row["engine"] for row in rows):
+        mine = [row for row in rows if row["engine"] == engine]
+        ran = [row for row in mine if not row["skipped"]]
+        bad = [row["function"] for row in ran if row["agree"] != row["states"]]
+        lines.append(f"{engine:<18} {len(ran):>8} {sum(r['states'] for r in ran):>8} {sum(r['agree'] for r in ran):>8} "
+                     f"{len(mine) - len(ran):>8}  {', '.join(bad) or '-'}")
+    return "\n".join(lines)
+
+
 def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
-         out: IO[str] | None = None) -> int:
+         out: IO[str] | None = None, only: Sequence[str] = (), summary: bool = False) -> int:
     """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
     out = out or sys.stdout
     rows: list[Row] = []
-    for engine in engines:
+    for engine in expand(engines):
         try:
-            found = run_version(engine, states=states, seed=seed, triton=triton)
+            found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
         except (wheels.FetchError, ValueError) as error:
             print(f"workbench conformance: {error}", file=sys.stderr)
             return 2
@@ -141,5 +141,5 @@ def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, trito
                 print(json.dumps(row), file=out, flush=True)
         rows.extend(found)
     if not as_json:
-        print(format_table(rows), file=out)
+        print(summary_table(rows) if summary else format_table(rows), file=out)
     return 1 if any(disagrees(row) for row in rows) else 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
@@ -70,10 +71,20 @@ class Filled:
 
 def make(cls: type, attributes: Mapping[str, Any]) -> Any:
     """``cls`` made without ``__init__``, holding ``attributes``."""
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     for name, value in attributes.items():
         setattr(obj, name, value)
     return obj
+
+
+@functools.cache
+def _init_tree(init: Any) -> tuple[ast.AST, int] | None:
+    """The parsed source of an ``__init__`` and its first line (parsed once per class)."""
+    try:
+        lines, start = inspect.getsourcelines(init)
+    except (OSError, TypeError):
+        return None
+    return ast.parse(textwrap.dedent("".join(lines))), start
 
 
 def _init_assignment(cls: type, name: str, have: Callable[[str], bool]) -> tuple[ast.expr, str, dict[str, Any]] | None:
@@ -83,11 +94,10 @@ def _init_assignment(cls: type, name: str, have: Callable[[str], bool]) -> tuple
         init = klass.__dict__.get("__init__")
         if init is None or not inspect.isfunction(init):
             continue
-        try:
-            lines, start = inspect.getsourcelines(init)
-        except (OSError, TypeError):
+        parsed = _init_tree(init)
+        if parsed is None:
             continue
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree, start = parsed
         module_globals = init.__globals__
         for node in ast.walk(tree):
             if not isinstance(node, ast.Assign) or len(node.targets) != 1:
@@ -121,6 +131,13 @@ def call_filling(obj: Any, method: str, *args: Any, package_root: str = "", limi
         try:
             with on_meta():
                 return getattr(obj, method)(*args), filled
+        except NameError as error:  # a module global the engine's __init__ sets at start-up (``global X``)
+            module = inspect.getmodule(getattr(type(obj), method))
+            name = getattr(error, "name", None)
+            if module is None or not name or not _set_at_run_time(module, name):
+                raise
+            setattr(module, name, None)
+            filled.as_none.append(f"{module.__name__}.{name}")
         except AttributeError as error:
             name = getattr(error, "name", None)
             if getattr(error, "obj", None) is not obj or not name or hasattr(obj, name):
@@ -136,6 +153,21 @@ def call_filling(obj: Any, method: str, *args: Any, package_root: str = "", limi
             setattr(obj, name, value)
             filled.from_init[name] = where.split(package_root, 1)[-1].lstrip("/") if package_root else where
     raise RuntimeError(f"{method} read more than {limit} attributes the object lacks")
+
+
+def _set_at_run_time(module: Any, name: str) -> bool:
+    """Whether ``name`` is a global of ``module`` that a function assigns (``global NAME``) and
+    the module's top level does not: set when the server starts, absent here."""
+    return name in _declared_global(module)
+
+
+@functools.cache
+def _declared_global(module: Any) -> frozenset[str]:
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return frozenset()
+    return frozenset(n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names)
 
 
 def tensors_of(obj: Any, depth: int = 3) -> dict[str, tuple[int, ...]]:

@@ -15,7 +15,9 @@ It says what it does through ``progress`` (one short line per step, per buffer),
 release whose file already holds its sections from the same wheel and learner version
 (``learned.is_current``), so ``--all`` can be run again after an interruption and redoes only
 what is missing. A release it cannot learn raises ``LearnError`` with one line saying what
-stopped it; ``--all`` records that line and goes on with the next release.
+stopped it; ``--all`` records that line and goes on with the next release. After ``--all``, a
+learner's optional ``finish_all(*, root, progress) -> list[str]`` runs (SGLang's drops the
+``.postN`` files that change no modelled value) and its lines are printed.
 """
 
 from __future__ import annotations
@@ -94,6 +96,14 @@ def learn_many(engines: Sequence[str], *, root: Path, progress: Progress) -> lis
     return outcomes
 
 
+def finish_all(name: str, *, root: Path, progress: Progress) -> list[str]:
+    """After ``--all``: the learner's ``finish_all(root, progress)`` when it has one (SGLang's drops
+    the .postN files whose modelled values are their base release's); what it says it did."""
+    module = importlib.import_module(learner_module(name))
+    finish = getattr(module, "finish_all", None)
+    return list(finish(root=root, progress=progress)) if finish is not None else []
+
+
 def stderr_progress(stream: IO[str] | None = None) -> Progress:
     def say(line: str) -> None:
         print(f"workbench engines learn: {line}", file=stream or sys.stderr, flush=True)
@@ -109,7 +119,10 @@ def main(engine: str | None, all_of: str | None, out: str | None, stdout: IO[str
     if engine is not None:
         split(engine)
     outcomes = learn_many(engines, root=root, progress=stderr_progress())
+    notes = finish_all(all_of, root=root, progress=stderr_progress()) if all_of else []
     for outcome in outcomes:
         where = str(outcome.path) if outcome.path else f"not learned: {outcome.error}"
         print(f"{outcome.engine:<28} {outcome.seconds:7.1f} s  {where}", file=stdout)
+    for note in notes:
+        print(note, file=stdout)
     return 0 if all(o.path is not None for o in outcomes) else 1

@@ -8,9 +8,9 @@ candidate and its first disagreement) or several (the grid does not tell them ap
 Behaviours that are compared answer by answer (a replay, a gather) are named the same way by
 ``name_candidate`` from each candidate's agreement counts.
 
-Worked example: widths 8 and 9 measured at ``(ctx 1000, ps 128, D 0)`` and ``(ctx 1000, ps 128,
-D 16)``: ``cdiv(ctx, ps)`` gives 8 and 8, ``(ctx + ps - 1 + D) // ps`` gives 8 and 9, so the
-second is named.
+Worked example: widths 8 and 9 measured at ``(ctx 1020, ps 128, D 0)`` and ``(ctx 1020, ps 128,
+D 16)``: ``cdiv(ctx, ps)`` gives 8 and 8, ``(ctx + ps - 1 + D) // ps`` gives 8 and 9 (1163 // 128),
+so the second is named.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def name_rule(points: Sequence[Point], candidates: Mapping[str, Callable[[Mappin
     agree = {name: sum(1 for state, value in points if rule(state) == value) for name, rule in candidates.items()}
     matching = [name for name, count in agree.items() if count == len(points)]
     if len(matching) == 1:
-        return measured_fact(matching[0], function, len(points), **more)
+        return measured_fact(matching[0], function, len(points), samples=samples(points), **more)
     if matching:
         finding = f"the grid does not tell {' and '.join(matching)} apart"
         return measured_fact(None, function, len(points), finding=finding, **more)
@@ -51,6 +51,16 @@ def name_rule(points: Sequence[Point], candidates: Mapping[str, Callable[[Mappin
     finding = (f"no rule of the model agrees; the closest, {closest}, on {agree[closest]} of {len(points)}: "
                f"at {describe(state, keys)} the engine gives {value}, {closest} {candidates[closest](state)}")
     return measured_fact(None, function, len(points), finding=finding, **more)
+
+
+SAMPLES = 6
+
+
+def samples(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """A few of the measured points, spread over the grid, with what the engine gave: the offline
+    tests run the named rule on them again (``tests/test_learned.py``)."""
+    step = max(1, len(points) // SAMPLES)
+    return [{"state": dict(state), "engine": value} for state, value in list(points)[::step][:SAMPLES]]
 
 
 def name_candidate(results: Mapping[str, Mapping[str, Any]], *, function: str, **more: Any) -> dict[str, Any]:
@@ -70,6 +80,6 @@ def name_candidate(results: Mapping[str, Mapping[str, Any]], *, function: str, *
                              **more)
     closest = max(ran, key=lambda name: ran[name]["agree"])
     first = ran[closest]["first_disagreement"]
-    finding = (f"no candidate agrees; the closest, {closest}, on {ran[closest]['agree']} of {ran[closest]['states']}"
-               f" (first disagreement: engine {str(first['engine'])[:200]}, model {str(first['model'])[:200]})")
+    finding = (f"no candidate agrees; {closest} agreed longest, on its first {ran[closest]['agree']} states"
+               f" (then: engine {str(first['engine'])[:200]}, model {str(first['model'])[:200]})")
     return measured_fact(None, function, states, finding=finding, **more)

@@ -75,3 +75,39 @@ class Session:
         if error is not None and self._process.poll() is None:
             self._process.kill()  # interrupted: nothing of the worker's is kept
         self.close()
+
+
+class Sessions:
+    """A release's main worker and, opened on first use, a second one with a real triton (its
+    kernels interpreted): importing triton changes what some releases' modules do at import, so
+    only the tasks that need it (a Triton kernel, ``triton.cdiv``) go there."""
+
+    def __init__(self, main: Session, module: str, triton_setup: Mapping[str, Any] | None) -> None:
+        self.main = main
+        self._module, self._triton_setup = module, triton_setup
+        self._triton: Session | None = None
+        self.triton_error: str | None = None
+
+    def ask(self, task: Mapping[str, Any]) -> dict[str, Any]:
+        return self.main.ask(task)
+
+    def ask_triton(self, task: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The answer of the triton worker, or None where triton is not cached or it did not load."""
+        if self._triton_setup is None or self.triton_error is not None:
+            return None
+        if self._triton is None:
+            self._triton = Session(self._module, self._triton_setup)
+            loaded = self._triton.ask({"name": "load", "kind": "load", "modules": []})
+            if "error" in loaded:
+                self.triton_error = loaded["error"]
+                return None
+        try:
+            return self._triton.ask(task)
+        except SessionDied as error:
+            self.triton_error = str(error)
+            return None
+
+    def close(self) -> None:
+        for session in (self.main, self._triton):
+            if session is not None:
+                session.close()

@@ -19,13 +19,14 @@ from typing import Any
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.engines import learn_rules as lr
 from workbench.engines import learn_sglang_buffers as lb
+from workbench.engines import learn_sglang_pooled as lp
 from workbench.engines import learned, wheels
 from workbench.engines.learn import LearnError
-from workbench.engines.learn_session import Session, SessionDied
+from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import SEED_DECODE, State
 
-LEARNER = "sglang-buffers 1"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 8"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -64,11 +65,18 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         return learned.shipped_path(engine, root)
     located = Wheel(install.src, "sglang")
     modules = lb.locate_modules(located)
-    with _session(install, modules, say) as (session, torchvision):
+    with _session(install, modules, say) as (session, loading):
         section = _learn(session, located, modules, say)
+    imported = f"import of {_first_module(modules)}"
     section["conformance"]["torchvision"] = lr.measured_fact(
-        torchvision, f"import of {_first_module(modules)}", 1,
+        loading["torchvision"], imported, 1,
         note="whether the release's modules import only with a torchvision present (the transformers it pins)")
+    section["conformance"]["tolerant"] = lr.measured_fact(
+        loading["tolerant"], imported, 1, skipped=loading["skipped"][:40],
+        note="whether its modules import only statement by statement, the statements that cannot run here skipped")
+    section["conformance"]["modules_not_imported"] = lr.measured_fact(
+        sorted(loading["failed"]), imported, 1, errors=dict(sorted(loading["failed"].items())),
+        note="the modules that do not import in the set-up that imports most (their tasks load them statement by statement)")
     return learned.write_section(engine, SECTION, section, root=root, wheel=wheel)
 
 
@@ -79,32 +87,64 @@ def _first_module(modules: dict[str, Found | None]) -> str:
 class _Opened:
     def __init__(self, install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> None:
         self.install, self.modules, self.say = install, modules, say
-        self.session: Session | None = None
+        self.sessions: Sessions | None = None
 
-    def __enter__(self) -> tuple[Session, bool]:
-        """A worker holding the release: without torchvision first, then with it (a release whose
-        pinned transformers registers image processors only with one); LearnError if neither loads."""
-        errors = []
-        for torchvision in (False, True):
-            setup = {"package_dir": str(self.install.package_dir), "deps": str(self.install.deps),
-                     "extra_paths": [str(self.install.torchvision)] if torchvision else [],
-                     "triton_dir": str(wheels.triton_dir()) if wheels.triton_dir() else None}
-            session = Session(WORKER, setup)
+    def _setup(self, torchvision: bool, triton: bool, tolerant: bool) -> dict[str, Any]:
+        triton_dir = wheels.triton_dir() if triton else None
+        return {"package_dir": str(self.install.package_dir), "deps": str(self.install.deps),
+                "extra_paths": [str(self.install.torchvision)] if torchvision else [],
+                "triton_dir": str(triton_dir) if triton_dir else None, "tolerant": tolerant}
+
+    def __enter__(self) -> tuple[Sessions, dict[str, Any]]:
+        """A worker holding the release, set up so that the most of its modules import: without
+        torchvision, with it (a release whose pinned transformers registers image processors only
+        with one), then loading each module statement by statement (``TolerantFinder``: a release
+        whose import chain meets a statement this torch cannot run); the first that imports every
+        module, else the one that imports most (kept open while the others are tried). LearnError
+        if none imports any."""
+        names = self.module_names
+        best: tuple[int, bool, bool, Session, dict[str, Any]] | None = None
+        for tolerant, torchvision in ((False, False), (False, True), (True, False), (True, True)):
+            session = Session(WORKER, self._setup(torchvision, False, tolerant))
             try:
-                answer = session.ask({"name": "load", "kind": "load", "modules": [_first_module(self.modules)]})
+                answer = session.ask({"name": "load", "kind": "load", "modules": names})
             except SessionDied as error:
-                answer = {"error": str(error)}
-            if "error" not in answer:
-                self.session = session
-                self.say("loaded" + (" (with torchvision)" if torchvision else ""))
-                return session, torchvision
+                answer = {"failed": dict.fromkeys(names, str(error))}
+            failures = len(answer["failed"])
+            if best is None or failures < best[0]:
+                if best is not None:
+                    best[3].close()
+                best = (failures, tolerant, torchvision, session, answer)
+            else:
+                session.close()
+            if failures == 0:
+                break
+        assert best is not None
+        failures, tolerant, torchvision, session, answer = best
+        if failures == len(names):
             session.close()
-            errors.append(answer["error"])
-        raise LearnError(f"its modules do not import on a CPU: {errors[-1]}")
+            raise LearnError(f"its modules do not import on a CPU: {next(iter(answer['failed'].values()))}")
+        triton = self._setup(torchvision, True, tolerant) if wheels.triton_dir() else None
+        self.sessions = Sessions(session, WORKER, triton)
+        self.say("loaded" + (" with torchvision" if torchvision else "") + (", statement by statement" if tolerant else "")
+                 + (f"; {failures} of {len(names)} modules do not import" if failures else ""))
+        return self.sessions, {"torchvision": torchvision, "tolerant": tolerant, "skipped": answer.get("skipped", []),
+                               "failed": answer["failed"]}
+
+    @property
+    def module_names(self) -> list[str]:
+        """Every module a task will import: conformance's, and the ones the probes' classes are in."""
+        from workbench.engines import sglang_pooled_widths as spw
+        from workbench.engines import sglang_widths as sw
+
+        wheel = Wheel(self.install.src, "sglang")
+        probes = (*sw.TABLE_PROBES, *spw.POOLED_PROBES)
+        found = [wheel.find_class(p.classes, method=p.method) for p in probes]
+        return sorted({f.module for f in (*self.modules.values(), *found) if f is not None})
 
     def __exit__(self, *exc: object) -> None:
-        if self.session is not None:
-            self.session.__exit__(*exc)  # type: ignore[arg-type]
+        if self.sessions is not None:
+            self.sessions.close()
 
 
 def _session(install: wheels.EngineInstall, modules: dict[str, Found | None], say: Progress) -> _Opened:
@@ -114,7 +154,7 @@ def _session(install: wheels.EngineInstall, modules: dict[str, Found | None], sa
     return _Opened(install, modules, say)
 
 
-def _learn(session: Session, wheel: Wheel, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     width_gen = lb.learn_width_gen(session, wheel, modules, say)
     backends = lb.learn_table_widths(session, wheel, say)
     _learn_dsa(session, modules, backends, say)
@@ -123,13 +163,14 @@ def _learn(session: Session, wheel: Wheel, modules: dict[str, Found | None], say
         if rule is not None:
             backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
     backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say)}
-    conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "found": f.where}
+    backends.update(lp.learn_pooled(session, wheel, say))
+    conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
     conformance.update(_learn_cuda_allocator(session, modules, say))
     return {"learner": LEARNER, "width_gen": width_gen, "backends": backends, "conformance": conformance}
 
 
-def _learn_dsa(session: Session, modules: dict[str, Found | None], backends: dict[str, Any], say: Progress) -> None:
+def _learn_dsa(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any], say: Progress) -> None:
     dsa = backends["sglang-dsa-page-table"]
     rule = dsa["rule"]["value"]
     if rule is None or modules["dsa"] is None:
@@ -137,16 +178,16 @@ def _learn_dsa(session: Session, modules: dict[str, Found | None], backends: dic
     base = {"width_gen": "g3", "dsa_rule": rule}
     dsa["replay"] = lb.learn_behaviour(session, modules, "DeepseekSparseAttnBackend.replay[target-verify]", "replay",
                                        {r: {**base, "dsa_replay": r, "dsa_draft_extend_rows": "draft-tokens"}
-                                        for r in ("dynamic", "static")}, say)
+                                        for r in ("dynamic", "static")}, say, module_key="dsa")
     replay = dsa["replay"]["value"]
     if replay is not None:
         dsa["draft_extend_rows"] = lb.learn_behaviour(
             session, modules, "DeepseekSparseAttnBackend.replay[draft-extend]", "draft_extend_rows",
             {rows: {**base, "dsa_replay": replay, "dsa_draft_extend_rows": rows}
-             for rows in ("accept-length", "draft-tokens")}, say)
+             for rows in ("accept-length", "draft-tokens")}, say, module_key="dsa")
 
 
-def _on_overflow(session: Session, modules: dict[str, Found | None], component: str, function: str, rule: str,
+def _on_overflow(session: Sessions, modules: dict[str, Found | None], component: str, function: str, rule: str,
                  reference: State, say: Progress) -> dict[str, Any]:
     states, first = lb.boundary_states(component, rule, reference)
     answer = session.ask({"name": f"{component} at its boundary", "kind": "step", "function": function,
@@ -155,25 +196,30 @@ def _on_overflow(session: Session, modules: dict[str, Found | None], component: 
         return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
     at = [{"seq_lens": s["seq_lens"], "outcome": a["outcome"], "error": a.get("error")}
           for s, a in zip(states, answer["answers"])]
+    if all(a["outcome"] == "raised" for a in at) and at[0]["error"] == at[1]["error"]:
+        # the same error a step below the boundary too: the release refuses the mode, whatever the length
+        say(f"{component}: the replay refuses {reference['mode']} at every length ({at[0]['error'][:80]})")
+        return lr.measured_fact(None, function, len(states), reference=reference, first_failing=first, at=at,
+                                finding=f"the replay refuses {reference['mode']} below the boundary too: {at[0]['error']}")
     outcome = lb.outcome_of(answer["answers"][0], reads_past=first is not None)
     say(f"{component}: {outcome} at {states[0]['seq_lens'][0]} ({reference['reference']})")
-    return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at)
+    where = modules["ascend" if "Ascend" in function else "dsa"]
+    return lr.measured_fact(outcome, function, len(states), reference=reference, first_failing=first, at=at,
+                            **({"found": where.where} if where else {}))
 
 
-def _learn_npu_gather(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     found = modules["npu_alloc"]
     searched = " or ".join(lb.MODULE_KEYS["npu_alloc"][1])
     if found is None:
         return lr.absent_fact(f"no class {searched} in the wheel", searched)
-    aliases = {"npu_alloc": {"NPUPagedTokenToKVPoolAllocator": found.name}}
     fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_decode", "gather",
-                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, aliases=aliases)
-    fact["found"] = found.where
+                              {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, module_key="npu_alloc")
     fact["seed"] = SEED_DECODE["seed"]
     return fact
 
 
-def _learn_cuda_allocator(session: Session, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
     """The CUDA allocator's capacity check (before or after its kernel) and its merge bound: its
     Triton kernels run interpreted, so only where triton is cached (``workbench conformance --triton``)."""
     function = "PagedTokenToKVPoolAllocator.alloc_decode[triton]"
@@ -183,12 +229,40 @@ def _learn_cuda_allocator(session: Session, modules: dict[str, Found | None], sa
     if wheels.triton_dir() is None:
         return {}
     gather = lb.learn_behaviour(session, modules, function, "cuda_gather",
-                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say)
+                                {g: {"cuda_gather": g} for g in ("cuda-masked", "cuda-checked")}, say, triton=True,
+                                module_key="paged")
     if gather["value"] is None:
         return {"cuda_gather": gather}
     merge = lb.learn_behaviour(session, modules, "PagedTokenToKVPoolAllocator.alloc_extend[triton]", "cuda_merge_bound",
                                {str(bound).lower(): {"cuda_gather": gather["value"], "cuda_merge_bound": bound}
-                                for bound in (True, False)}, say)
+                                for bound in (True, False)}, say, triton=True, module_key="paged")
     if merge["value"] is not None:
         merge["value"] = merge["value"] == "true"
     return {"cuda_gather": gather, "cuda_merge_bound": merge}
+
+
+def finish_all(*, root: Path, progress: Progress) -> list[str]:
+    """Drop this learner's section from every ``.postN`` whose modelled values (every field a case
+    takes, the width generation) are its base release's: a .postN is kept where it changes one."""
+    from workbench.engines.releases import releases
+    from workbench.engines.versions import from_learned
+
+    def modelled(engine: str) -> tuple[object, object] | None:
+        section = (learned.load_from(engine, root) or {}).get("sections", {}).get(SECTION)
+        if section is None:
+            return None
+        version = from_learned(engine, section, "")
+        return version.fields, version.common
+
+    notes = []
+    for engine in releases("sglang"):
+        base = engine.split(".post")[0]
+        if base == engine or modelled(engine) is None:
+            continue
+        if modelled(engine) == modelled(base):
+            learned.drop_section(engine, SECTION, root=root)
+            notes.append(f"{engine}: its modelled values are {base}'s: its {SECTION} section is not kept")
+            progress(notes[-1])
+        else:
+            notes.append(f"{engine}: kept, it changes a modelled value of {base}")
+    return notes

@@ -4,8 +4,9 @@ Everything here is data about the workbench's models (which rules a backend has,
 behaviours conformance can tell apart), never about a release: a release's answers decide.
 
 * ``width_gen``: the request table's extra columns, ``get_req_to_token_extra_context_len`` where
-  the release has it, else the statements that compute ``extra_max_context_len`` inline (run
-  alone); named among the width generations g1 / g2 / g3 over the sizing states.
+  the release has it, else the ``max_context_len=`` its model runner builds ``ReqToTokenPool``
+  with, less the context (run alone with what it reads); named among the width generations
+  g1 / g2 / g3 over the sizing states.
 * ``backends.<table>.rule``: the width ``init_cuda_graph_state`` gives over the measuring grid
   (``sglang_widths.grid``), named among the backend's sizing rules.
 * ``backends.sglang-dsa-page-table.replay`` and ``draft_extend_rows``, ``backends.allocator.gather``,
@@ -24,7 +25,7 @@ from typing import Any
 from workbench.backends import backend_of
 from workbench.engines import learn_rules as lr
 from workbench.engines import sglang_widths as sw
-from workbench.engines.learn_session import Session
+from workbench.engines.learn_session import Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import State, geometry_of
 from workbench.model.geometry import Mode
@@ -50,10 +51,11 @@ MODULE_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "attn_utils": ("def", ("assert_buffer_fits",)),
     "cache_locs": ("def", ("generate_draft_decode_kv_indices",)),
 }
-INLINE_EXTRA = "extra_max_context_len"  # the local that older releases compute the extra columns in
+INLINE_EXTRA = ("ReqToTokenPool", "max_context_len")  # where older releases size the request table inline
 GRID_KEYS = ("context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "max_bs")
 SIZING_KEYS = ("page_size", "algorithm", "draft_tokens", "spec_steps", "spec_topk")
-LEARN_STATES = 120  # random states per candidate behaviour (the seeds and grid boundaries come on top)
+LEARN_STATES = 60  # random states per candidate behaviour (the seeds and grid boundaries come on top)
+LEARN_STATES_TRITON = 30  # the same for a row whose engine side is an interpreted Triton kernel (slow)
 
 
 def locate_modules(wheel: Wheel) -> dict[str, Found | None]:
@@ -65,6 +67,10 @@ def locate_modules(wheel: Wheel) -> dict[str, Found | None]:
 
 def module_paths(found: Mapping[str, Found | None]) -> dict[str, str]:
     return {key: f.module for key, f in found.items() if f is not None}
+
+
+def found_names(found: Mapping[str, Found | None]) -> dict[str, str]:
+    return {key: f.name for key, f in found.items() if f is not None}
 
 
 def _function(found: Found, name: str) -> str:
@@ -79,20 +85,22 @@ def _extra(generation: str) -> Callable[[Mapping[str, Any]], int]:
     return extra
 
 
-def learn_width_gen(session: Session, wheel: Wheel, found: Mapping[str, Found | None], progress: Progress) -> Facts:
+def learn_width_gen(session: Sessions, wheel: Wheel, found: Mapping[str, Found | None], progress: Progress) -> Facts:
     sizing = found["sizing"]
     task: dict[str, Any] = {"name": "width_gen", "kind": "sizing", "count": LEARN_STATES}
     if sizing is not None:
         task.update(module=sizing.module, function=sizing.name)
         function, where = f"{sizing.module}.{sizing.name}", sizing.where
     else:
-        inline = wheel.find_local(INLINE_EXTRA)
+        inline = wheel.find_keyword(*INLINE_EXTRA)
         if inline is None:
-            return lr.absent_fact("neither get_req_to_token_extra_context_len nor an extra_max_context_len "
-                                  "assignment is in the wheel", "get_req_to_token_extra_context_len, extra_max_context_len")
-        task.update(module=inline.module, function=inline.name, local=INLINE_EXTRA, owner=inline.owner)
+            return lr.absent_fact("neither get_req_to_token_extra_context_len nor a ReqToTokenPool(max_context_len=...) "
+                                  "call is in the wheel", "get_req_to_token_extra_context_len, ReqToTokenPool")
+        task.update(module=inline.module, function=inline.name, owner=inline.owner, callee=INLINE_EXTRA[0],
+                    keyword=INLINE_EXTRA[1])
         function = f"{inline.module}.{inline.owner + '.' if inline.owner else ''}{inline.name}"
-        where = f"{inline.where} (the statements computing {INLINE_EXTRA}, run alone: the function builds the pools)"
+        where = (f"{inline.where} (max_context_len= of its ReqToTokenPool, and the statements computing what it "
+                 "reads, run alone with the model's context 0: the function builds the pools)")
     answer = session.ask(task)
     if "error" in answer:
         return lr.measured_fact(None, function, 0, found=where, finding=f"the engine's code did not run: {answer['error']}")
@@ -107,10 +115,10 @@ def learn_width_gen(session: Session, wheel: Wheel, found: Mapping[str, Found | 
 
 def _rule_of(component: str, rule: str) -> Callable[[Mapping[str, Any]], int]:
     backend = backend_of(component)
-    return lambda state: backend.width(geometry_of(state), rule)
+    return lambda state: backend.width(geometry_of(dict(state)), rule)
 
 
-def learn_table_widths(session: Session, wheel: Wheel, progress: Progress) -> dict[str, Facts]:
+def learn_table_widths(session: Sessions, wheel: Wheel, progress: Progress) -> dict[str, Facts]:
     facts: dict[str, Facts] = {}
     for probe in sw.TABLE_PROBES:
         found = wheel.find_class(probe.classes, method=probe.method)
@@ -119,14 +127,13 @@ def learn_table_widths(session: Session, wheel: Wheel, progress: Progress) -> di
             facts[probe.component] = {"rule": lr.absent_fact(f"no class {searched} in the wheel", searched)}
             progress(f"{probe.component}: absent")
             continue
-        answer = session.ask({"name": probe.name, "kind": "width", "probe": probe.name, "module": found.module,
-                              "class": found.name, "width_gen": "g3", "package_root": str(wheel.src)})
+        answer = ask_width(session, probe.name, found, wheel)
         function = _function(found, probe.method)
         points = [(s, w) for s, w in answer.get("points", [])]
         if not points:
             error = answer.get("error") or (answer.get("first_error") or {}).get("error", "no point measured")
-            facts[probe.component] = {"rule": lr.measured_fact(None, function, 0, found=found.where,
-                                                               finding=f"the engine's code did not run: {error}")}
+            facts[probe.component] = {"rule": not_made(error, function, found) or lr.measured_fact(
+                None, function, 0, found=found.where, finding=f"the engine's code did not run: {error}")}
             progress(f"{probe.component}: not measured ({error[:80]})")
             continue
         more: dict[str, Any] = {"found": found.where}
@@ -140,21 +147,48 @@ def learn_table_widths(session: Session, wheel: Wheel, progress: Progress) -> di
     return facts
 
 
+def not_made(error: str, function: str, found: Found) -> dict[str, Any] | None:
+    """The absent fact of a buffer the sizing method ran without making (``WidthProbe.read``'s
+    LookupError), or None for any other error."""
+    if not error.startswith("LookupError: ") or " made no " not in error:
+        return None
+    return lr.absent_fact(f"{function} ran and made no such buffer ({error.removeprefix('LookupError: ')[:300]})",
+                          f"{function} at {found.where}")
+
+
+def ask_width(session: Sessions, probe: str, found: Found, wheel: Wheel) -> dict[str, Any]:
+    """The width task's answer; where the sizing code called triton (``triton.cdiv``), the triton
+    worker's answer instead."""
+    task = {"name": probe, "kind": "width", "probe": probe, "module": found.module, "class": found.name,
+            "width_gen": "g3", "package_root": str(wheel.src)}
+    answer = session.ask(task)
+    error = str(answer.get("error") or (answer.get("first_error") or {}).get("error", ""))
+    if not answer.get("points") and "triton" in error:
+        return session.ask_triton(task) or answer
+    return answer
+
+
 # ---- behaviours named by conformance rows ----------------------------------------------------
 
-def learn_behaviour(session: Session, found: Mapping[str, Found | None], function: str, key: str,
-                    candidates: Mapping[str, Mapping[str, Any]], progress: Progress,
-                    aliases: Mapping[str, Mapping[str, str]] | None = None) -> Facts:
-    """The candidate behaviour under which conformance row ``function`` agrees on every state."""
-    answer = session.ask({"name": f"{function} ({key})", "kind": "check", "function": function,
-                          "module_paths": module_paths(found), "candidates": candidates, "count": LEARN_STATES,
-                          "aliases": aliases or {}})
+def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], function: str, key: str,
+                    candidates: Mapping[str, Mapping[str, Any]], progress: Progress, triton: bool = False,
+                    module_key: str = "") -> Facts:
+    """The candidate behaviour under which conformance row ``function`` agrees on every state
+    (``triton``: a row whose engine side is a Triton kernel, run by the triton worker)."""
+    task = {"name": f"{function} ({key})", "kind": "check", "function": function, "module_paths": module_paths(found),
+            "candidates": candidates, "count": LEARN_STATES_TRITON if triton else LEARN_STATES,
+            "names": found_names(found)}
+    answer = session.ask_triton(task) if triton else session.ask(task)
+    if answer is None:
+        return lr.measured_fact(None, function, 0, finding=f"its Triton kernel did not run: {session.triton_error}")
     if "error" in answer:
         return lr.measured_fact(None, function, 0, finding=f"the engine's code did not run: {answer['error']}")
+    located = found.get(module_key)
+    where = {"found": located.where} if located is not None else {}
     try:
-        fact = lr.name_candidate(answer["candidates"], function=function)
+        fact = lr.name_candidate(answer["candidates"], function=function, **where)
     except ValueError as error:
-        return lr.measured_fact(None, function, 0, finding=str(error))
+        return lr.measured_fact(None, function, 0, finding=str(error), **where)
     progress(f"{key}: {fact['value']} ({fact['states']} states of {function})")
     return fact
 

@@ -9,7 +9,8 @@ engine's own code gave:
 * ``sizing``: ``get_req_to_token_extra_context_len`` (or the statements that compute the same
   number inline in an older release, ``statements``) over the sizing states;
 * ``check``: a conformance row run once per candidate behaviour: which candidates agree on every
-  state (the models' side runs here too: both need the release's request tables);
+  state (the models' side runs here too: both need the release's request tables); a candidate
+  stops at its first disagreement;
 * ``step``: the engine side of a conformance row at given states (the boundary states), its answers.
 
 It is a session: the first line on stdin names the release's folders, then each line is a task
@@ -35,9 +36,12 @@ from typing import Any
 
 from workbench.engines import checks
 from workbench.engines import sglang_calls as ec
+from workbench.engines import sglang_calls_older as older
+from workbench.engines import sglang_pooled_widths as spw
 from workbench.engines import sglang_widths as sw
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, shown
+from workbench.engines.tolerant_import import TolerantFinder, import_tolerant
 
 Result = dict[str, Any]
 
@@ -52,8 +56,8 @@ def one_line(error: BaseException) -> str:
 def _width(task: Result) -> Result:
     from workbench.engines import standins
 
-    probe = next(p for p in sw.TABLE_PROBES + sw.POOLED_PROBES if p.name == task["probe"])
-    module = importlib.import_module(task["module"])
+    probe = next(p for p in (*sw.TABLE_PROBES, *spw.POOLED_PROBES) if p.name == task["probe"])
+    module, skipped = import_tolerant(task["module"])
     cls = getattr(module, task["class"])
     standins.strict()
     points, notes, first_error = [], set(), None
@@ -66,19 +70,42 @@ def _width(task: Result) -> Result:
         points.append([state, width])
         notes.add(note)
     standins.lenient()
+    if skipped:
+        notes.add(f"{task['module']} imported with {len(skipped)} top-level statements skipped: {'; '.join(skipped)[:300]}")
     return {"points": points, "notes": sorted(n for n in notes if n), "first_error": first_error}
 
 
-def _sizing(task: Result) -> Result:
-    """The engine's extra request-table columns per sizing state, by its function or its statements."""
-    module = importlib.import_module(task["module"])
-    if task.get("local"):
-        run = _statements(module, task["function"], task["local"], task.get("owner"))
-    else:
-        function = getattr(module, task["function"])
+def _draft_check(task: Result) -> Result:
+    """``assert`` or ``none`` per state of the grid (speculative ones with a multi-step drafter)."""
+    from workbench.engines import standins
 
+    module, _ = import_tolerant(task["module"])
+    cls = getattr(module, task["class"])
+    standins.strict()
+    checks_found: dict[str, int] = {}
+    first_error = None
+    for state in sw.grid("g3"):
+        if state["spec_steps"] < 2:
+            continue
+        try:
+            found = spw.draft_check(module, cls, state)
+        except Exception as error:  # noqa: BLE001 - recorded, the grid goes on
+            first_error = first_error or one_line(error)
+            continue
+        checks_found[found] = checks_found.get(found, 0) + 1
+    standins.lenient()
+    return {"checks": checks_found, "first_error": first_error}
+
+
+def _sizing(task: Result) -> Result:
+    """The engine's extra request-table columns per sizing state: its function, or, in a release
+    that computes them inline, the ``max_context_len=`` it builds the request table with."""
+    module, _ = import_tolerant(task["module"])
+    if task.get("keyword"):
+        run = _keyword(module, task["function"], task["owner"], task["callee"], task["keyword"])
+    else:
         def run(state: st.State) -> int:
-            return int(ec.engine_extra(module, state)["value"]) if function else 0
+            return int(ec.engine_extra(module, state)["value"])
     rng = random.Random("learn:sizing")
     values = []
     for state in st.sizing_states(rng, task["count"]):
@@ -89,21 +116,30 @@ def _sizing(task: Result) -> Result:
     return {"values": values}
 
 
-def _statements(module: ModuleType, function: str, local: str, owner: str | None) -> Callable[[st.State], int]:
-    """A function that runs, for a state, the statements of ``function`` (a method of ``owner``)
-    that compute the local ``local``: from its first assignment to the last statement at that
-    level that assigns it, executed alone with ``self.server_args`` holding the state's launch."""
+def _keyword(module: ModuleType, function: str, owner: str | None, callee: str, keyword: str) -> Callable[[st.State], int]:
+    """For a state, the value of ``keyword=`` in ``function``'s call to ``...callee`` with the model's
+    context length 0, after the statements that compute the locals it reads (``extra_max_context_len =
+    4; if ...: += D``), all run alone: the function allocates the pools and cannot run here."""
+    import inspect
+
     code = getattr(getattr(module, owner), function) if owner else getattr(module, function)
-    tree = ast.parse(textwrap.dedent(__import__("inspect").getsource(code)))
-    body = _block_assigning(tree, local)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(code)))
+    call = next(c for c in ast.walk(tree) if isinstance(c, ast.Call)
+                and str(getattr(c.func, "id", None) or getattr(c.func, "attr", "")).endswith(callee)
+                and any(k.arg == keyword for k in c.keywords))
+    expr = next(k.value for k in call.keywords if k.arg == keyword)
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id != "self"}
+    body = [stmt for name in sorted(names) if name not in vars(module) for stmt in _block_assigning(tree, name)]
     statements = compile(ast.Module(body=body, type_ignores=[]), f"<{function}>", "exec")
+    value = compile(ast.Expression(expr), f"<{function}>", "eval")
 
     def run(state: st.State) -> int:
         server_args = ec._server_args(state)
         server_args.disaggregation_mode = "null"
-        scope: dict[str, Any] = {"self": SimpleNamespace(server_args=server_args)}
+        scope: dict[str, Any] = {"self": SimpleNamespace(server_args=server_args,
+                                                         model_config=SimpleNamespace(context_len=0))}
         exec(statements, dict(vars(module)), scope)  # noqa: S102 - the engine's own statements
-        return int(scope[local])
+        return int(eval(value, dict(vars(module)), scope))  # noqa: S307 - the engine's own expression
     return run
 
 
@@ -124,11 +160,11 @@ def _check(task: Result) -> Result:
     """A conformance row's states, once per candidate behaviour: states and agreements each."""
     check = next(c for c in checks.CHECKS if task["function"] in c.functions)
     modules = checks.import_modules(check.modules, task["module_paths"])
-    _adapt(modules, task.get("aliases", {}))
+    older.adapt(modules, task.get("names", {}))
     from workbench.engines import standins
 
     standins.strict()
-    found = {}
+    found: dict[str, Result] = {}
     for name, behaviour in task["candidates"].items():
         rng = random.Random(f"learn:{task['function']}")
         states = agree = 0
@@ -137,29 +173,16 @@ def _check(task: Result) -> Result:
             for state, engine_side, model_side in check.pairs(task["function"], modules, behaviour, rng, task["count"]):
                 got, want = engine_side(), model_side()
                 states += 1
-                if got == want:
-                    agree += 1
-                elif first is None:
+                if got != want:  # this candidate is out: its other states cannot make it agree
                     first = {"state": state, "engine": shown(got), "model": shown(want)}
+                    break
+                agree += 1
         except Exception as error:  # noqa: BLE001 - a candidate whose states cannot be made
             found[name] = {"error": one_line(error)}
             continue
         found[name] = {"states": states, "agree": agree, "first_disagreement": first}
     standins.lenient()
     return {"candidates": found}
-
-
-def _adapt(modules: dict[str, ModuleType], aliases: dict[str, dict[str, str]]) -> None:
-    """Give a module the class name conformance calls where the release names it otherwise
-    (``AscendPagedTokenToKVPoolAllocator`` before ``NPUPagedTokenToKVPoolAllocator``), and call
-    an ``alloc_decode(seq_lens, last_loc)`` (no CPU copy of the lengths) with the arguments it takes."""
-    for key, names in aliases.items():
-        for wanted, present in names.items():
-            cls = getattr(modules[key], present)
-            setattr(modules[key], wanted, cls)
-            decode = cls.__dict__.get("alloc_decode")
-            if decode is not None and len(__import__("inspect").signature(decode).parameters) == 3:
-                cls.alloc_decode = lambda self, seq, _cpu, last, _f=decode: _f(self, seq, last)
 
 
 def _step(task: Result) -> Result:
@@ -181,15 +204,23 @@ def _step(task: Result) -> Result:
     return {"answers": [shown(a) for a in answers]}
 
 
+TOLERANT: list[TolerantFinder] = []  # the session's statement-by-statement loader, when set up with one
+
+
 def _load(task: Result) -> Result:
-    """Import the modules the other tasks will use: an import that fails here (a release whose
-    pinned transformers wants torchvision, or one that must not see it) ends the session."""
+    """Import the modules the other tasks will use, and say which failed (a release whose pinned
+    transformers wants torchvision, or must not see it, fails some of them)."""
+    failed = {}
     for name in task["modules"]:
-        importlib.import_module(name)
-    return {"loaded": len(task["modules"])}
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - recorded: the parent picks the set-up that loads most
+            failed[name] = one_line(error)
+    return {"loaded": len(task["modules"]) - len(failed), "failed": failed,
+            "skipped": TOLERANT[0].skipped if TOLERANT else []}
 
 
-TASKS = {"load": _load, "width": _width, "sizing": _sizing, "check": _check, "step": _step}
+TASKS = {"load": _load, "width": _width, "draft_check": _draft_check, "sizing": _sizing, "check": _check, "step": _step}
 
 
 def main() -> int:
@@ -205,6 +236,9 @@ def main() -> int:
     else:
         checks.settle_torch_without_triton()
     standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=["triton"] if job.get("triton_dir") else [])
+    if job.get("tolerant"):
+        TOLERANT.append(TolerantFinder(Path(job["package_dir"])))
+        sys.meta_path.insert(0, TOLERANT[0])
     for line in sys.stdin:
         task = json.loads(line)
         try:

@@ -77,6 +77,12 @@ def load(engine: str) -> dict[str, Any] | None:
     return data
 
 
+def load_from(engine: str, root: Path) -> dict[str, Any] | None:
+    """``engine``'s file under ``root`` (not the one in force), or None."""
+    target = shipped_path(engine, root)
+    return json.loads(target.read_text()) if target.exists() else None
+
+
 def section(engine: str, name: str) -> dict[str, Any] | None:
     data = load(engine)
     found: dict[str, Any] | None = None if data is None else data["sections"].get(name)
@@ -103,6 +109,21 @@ def write_section(engine: str, name: str, content: Mapping[str, Any], *, root: P
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     tmp.replace(target)
     return target
+
+
+def drop_section(engine: str, name: str, *, root: Path = SHIPPED) -> None:
+    """Remove section ``name`` of ``engine``'s file under ``root``; the file goes when no section is left."""
+    target = shipped_path(engine, root)
+    if not target.exists():
+        return
+    data = json.loads(target.read_text())
+    data["sections"].pop(name, None)
+    if not data["sections"]:
+        target.unlink()
+        return
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(target)
 
 
 def is_current(engine: str, sections: tuple[str, ...], learner: str, sha256: str, *, root: Path = SHIPPED) -> bool:

@@ -31,7 +31,7 @@ class Found:
     name: str  # the class or function found
     line: int  # the line of the class, or of ``method`` in it
     end_line: int
-    owner: str | None = None  # the class of a method found by ``find_local``
+    owner: str | None = None  # the class of a method found by ``find_keyword``
 
     @property
     def where(self) -> str:
@@ -89,22 +89,24 @@ class Wheel:
                         return self._found(path, node, name)
         return None
 
-    def find_local(self, local: str) -> Found | None:
-        """The first function or method that assigns the local variable ``local`` (code a release
-        keeps inline rather than in a function of its own); ``line`` is that assignment's."""
-        pattern = re.compile(rf"^\s+{re.escape(local)} = ", re.MULTILINE)
-        for path in (p for p in self._files if pattern.search(self._text(p))):
+    def find_keyword(self, callee_suffix: str, keyword: str) -> Found | None:
+        """The first function or method with a call to something named ``...<callee_suffix>``
+        given ``keyword=`` (``ReqToTokenPool(..., max_context_len=...)``); ``line`` is the keyword's."""
+        pattern = re.compile(rf"\b{re.escape(keyword)}=")
+        for path in (p for p in self._files if callee_suffix in self._text(p) and pattern.search(self._text(p))):
             tree = ast.parse(self._text(path))
             for owner in [tree, *(n for n in tree.body if isinstance(n, ast.ClassDef))]:
                 for node in getattr(owner, "body", []):
                     if not isinstance(node, ast.FunctionDef):
                         continue
-                    hits = [n for n in ast.walk(node) if isinstance(n, ast.Assign)
-                            and any(isinstance(t, ast.Name) and t.id == local for t in n.targets)]
-                    if hits:
-                        found = self._found(path, hits[0], node.name)
-                        return Found(found.module, found.path, node.name, found.line, found.end_line,
-                                     owner.name if isinstance(owner, ast.ClassDef) else None)
+                    for call in ast.walk(node):
+                        name = getattr(getattr(call, "func", None), "id", None) or getattr(getattr(call, "func", None), "attr", "")
+                        if isinstance(call, ast.Call) and str(name).endswith(callee_suffix):
+                            hit = next((k for k in call.keywords if k.arg == keyword), None)
+                            if hit is not None:
+                                found = self._found(path, hit.value, node.name)
+                                return Found(found.module, found.path, node.name, found.line, found.end_line,
+                                             owner.name if isinstance(owner, ast.ClassDef) else None)
         return None
 
     def lines_of(self, found: Found, needle: str) -> list[int]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from workbench.engines import sglang_calls_older as older
 from workbench.engines.answers import MADE_HERE, UNWRITTEN, Answer, Moved, catching, none, ok, tensor
 from workbench.engines.states import State, geometry_of
 from workbench.model.geometry import Mode
@@ -85,7 +86,8 @@ def spec_info(mode: str, state: State | None = None) -> Any:
     accepted = None
     if state is not None and "accept_len" in state:
         accepted = torch.full((len(state["seq_lens"]),), state["accept_len"], dtype=torch.int32)
-    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted)
+    # ``accept_length`` is the same tensor under the name releases up to 0.5.14 read
+    return SimpleNamespace(spec_input_type=None, num_accept_tokens=accepted, accept_length=accepted)
 
 
 # ---- Ascend block tables ------------------------------------------------------------------
@@ -250,20 +252,30 @@ def engine_dsa_replay(mod: ModuleType, fbi: ModuleType, state: State, tables: di
     """Capture for ``bs`` requests (``_build_forward_metadata_cuda_graph``), then one replay."""
     def call() -> Answer:
         b = dsa_backend(mod, state, tables["req_to_token"])
-        if not hasattr(b, "_apply_cuda_graph_metadata") or not hasattr(b, "_build_forward_metadata_cuda_graph"):
-            raise Moved("this version's DSA backend has no _build_forward_metadata_cuda_graph/_apply_cuda_graph_metadata")
         bs = len(state["seq_lens"])
-        b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
         fm = forward_mode(fbi, state["mode"])
+        if not hasattr(b, "_apply_cuda_graph_metadata") or not hasattr(b, "_build_forward_metadata_cuda_graph"):
+            if not older.has_public_graph_pair(b):
+                raise Moved("this version's DSA backend has neither _build_forward_metadata_cuda_graph/"
+                            "_apply_cuda_graph_metadata nor the public capture/replay pair")
+            b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
+            older.dsa_capture_and_replay(b, state, fm, spec_info(state["mode"]), spec_info(state["mode"], state),
+                                         dsa_rows({**state, "max_bs": 1}))
+            return _dsa_tables(b, state, bs)
+        b.init_cuda_graph_state(state["max_bs"], dsa_rows(state))
         capture_lens = torch.ones(bs, dtype=torch.int64)
         rows = torch.arange(1, bs + 1)
         b._build_forward_metadata_cuda_graph(bs, None, rows, capture_lens, None, fm, spec_info(state["mode"]))
         seq_lens = torch.tensor(state["seq_lens"], dtype=torch.int64)
         b._apply_cuda_graph_metadata(bs, rows, seq_lens, seq_lens, fm, spec_info(state["mode"], state))
-        md = b.decode_cuda_graph_metadata[bs]
-        real = md.real_page_table if state["page_size"] > 1 else None
-        return ok(page_table=tensor(md.page_table_1), real_page_table=tensor(real))
+        return _dsa_tables(b, state, bs)
     return catching(call)
+
+
+def _dsa_tables(b: Any, state: State, bs: int) -> Answer:
+    md = b.decode_cuda_graph_metadata[bs]
+    real = md.real_page_table if state["page_size"] > 1 else None
+    return ok(page_table=tensor(md.page_table_1), real_page_table=tensor(real))
 
 
 # ---- allocators ---------------------------------------------------------------------------

@@ -57,6 +57,16 @@ def _dsa(module: ModuleType, cls: type, state: State) -> Any:
     return b
 
 
+def _aiter_paged(module: ModuleType, cls: type, state: State) -> Any:
+    """AITER with the page-table decode (its unified verify reads that table), and the indptr
+    rows its ``__init__`` allocates."""
+    obj = _made(module, cls, state)
+    obj.decode_uses_page_table = True
+    obj.kv_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
+    obj.qo_indptr = torch.zeros((1, state["max_bs"] + 1), dtype=torch.int32)
+    return obj
+
+
 def _graph_args(state: State) -> tuple[int, int]:
     """``(max_bs, max_num_tokens)`` as the graph runner passes them: query rows per request
     times ``max_bs`` (D in a verify graph with speculation, one otherwise)."""
@@ -80,17 +90,23 @@ class WidthProbe:
     buffer: str  # the tensor's attribute path in the object once sized
     unit: str  # "pages", "tokens", "entries"
     setup: Callable[[ModuleType, type, State], Any] = _made
-    args: Callable[[State], tuple[int, ...]] = _graph_args
+    args: Callable[[State], tuple[Any, ...]] = _graph_args
     width: Callable[[Mapping[str, tuple[int, ...]]], int] | None = None
     method: str = "init_cuda_graph_state"
     page_sizes: tuple[int, ...] | None = None  # the page sizes the buffer exists at (None: the grid's)
     key: str | None = None  # a pooled buffer's key ("draft-decode")
+    older_names: tuple[str, ...] = ()  # the buffer's attribute path in releases that named it otherwise
+
+    def path_in(self, tensors: Mapping[str, tuple[int, ...]]) -> str | None:
+        """The buffer's path among the tensors made: by its name, or an older one."""
+        return next((p for p in (self.buffer, *self.older_names) if p in tensors), None)
 
     def read(self, tensors: Mapping[str, tuple[int, ...]]) -> int:
-        if self.buffer not in tensors:
+        path = self.path_in(tensors)
+        if path is None:
             made = ", ".join(f"{k} {list(v)}" for k, v in tensors.items()) or "none"
             raise LookupError(f"{self.method} made no {self.buffer} (tensors made: {made[:300]})")
-        return (self.width or _second_dim(self.buffer))(tensors)
+        return (self.width or _second_dim(path))(tensors)
 
     @property
     def name(self) -> str:
@@ -108,7 +124,9 @@ TABLE_PROBES = (
                "pages"),
     # FlashMLA's kernels take pages of 64 tokens whatever the pool's page size (PAGE_SIZE)
     WidthProbe("sglang-flashmla-page-table", ("FlashMLABackend",), "cuda_graph_kv_indices", "pages", page_sizes=(64,)),
-    WidthProbe("sglang-trtllm-mla-page-table", ("TRTLLMMLABackend",), "decode_cuda_graph_kv_indices", "pages"),
+    WidthProbe("sglang-trtllm-mla-page-table", ("TRTLLMMLABackend",), "decode_cuda_graph_kv_indices", "pages",
+               older_names=("cuda_graph_kv_indices",)),
+    WidthProbe("sglang-aiter-page-table", ("AiterAttnBackend",), "cuda_graph_page_table", "pages", setup=_aiter_paged),
 )
 
 
@@ -121,8 +139,7 @@ def measure(probe: WidthProbe, module: ModuleType, cls: type, state: State, pack
         _, filled = eo.call_filling(obj, probe.method, *probe.args(state), package_root=package_root)
         note = filled.note()
     except Exception as error:  # noqa: BLE001 - the buffer may be made before a device-only call
-        tensors = eo.tensors_of(obj)
-        if probe.buffer not in tensors:
+        if probe.path_in(eo.tensors_of(obj)) is None:
             raise
         note = f"stopped after making it: {type(error).__name__}: {str(error).splitlines()[0][:120]}"
     return probe.read(eo.tensors_of(obj)), note
@@ -156,4 +173,3 @@ def stand_ins() -> SimpleNamespace:
     """Sub-backends a multi-step drafter hands its step buffers to (their own sizing is not
     this buffer's): each takes the buffer and does nothing."""
     return SimpleNamespace(init_cuda_graph_state=lambda *args, **kwargs: None)
-POOLED_PROBES: tuple[WidthProbe, ...] = ()

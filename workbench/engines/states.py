@@ -16,7 +16,7 @@ from workbench.model.geometry import ServingGeometry, cdiv
 State = dict[str, Any]
 
 MODES = ("decode", "target-verify", "draft-decode", "draft-extend")
-CONTEXTS = (4096, 8192, 32768, 65536, 90000, 131072, 202752, 1048576)  # spec section 6
+CONTEXTS = (4096, 8192, 32768, 65536, 90000, 131072, 202752, 1048576)  # docs/engine-facts.md#realistic-settings
 PAGE_SIZES = (1, 2, 16, 64, 128, 256)
 
 
@@ -52,7 +52,7 @@ def geometry_of(state: State) -> ServingGeometry:
 # ---- sizing ------------------------------------------------------------------------------
 
 def sizing_states(rng: random.Random, count: int) -> Iterator[State]:
-    """Speculation shapes over page sizes 1 .. 256, with the spec's worked cases first."""
+    """Speculation shapes over page sizes 1 .. 256, the worked cases of docs/semantics.md#width-generations first."""
     yield from (
         {"page_size": 64, "algorithm": "EAGLE", "draft_tokens": 6, "spec_steps": 5, "spec_topk": 1, "draft_has_kv": True},
         {"page_size": 128, "algorithm": "NGRAM", "draft_tokens": 16, "spec_steps": 1, "spec_topk": 10,
@@ -169,4 +169,4 @@ def _pool_size(rng: random.Random, need: int) -> int:
 
 
 SEED_DECODE: State = {"page_size": 4, "seq_lens": [5, 10, 7], "last_loc": [11, 20, 29], "free_pages": [11],
-                      "parked_pages": [], "seed": "exact-fit decode, ps 4 (spec section 4)"}  # the seed vector
+                      "parked_pages": [], "seed": "exact-fit decode, ps 4 (the NPU allocator seed)"}  # the seed vector

@@ -1,10 +1,16 @@
 """Engine versions as data: which sizing rule, width generation, replay and gather a release ships.
 
-``data/engines.json`` holds one entry per pinned release (``sglang==0.5.23``). Each value sits
-beside the file and line of the wheel it was read from, so a reader can check it. A case that
-names an ``engine`` takes that version's fields for its component; fields the case gives itself
-win, so ``{"engine": "sglang==0.5.23", "rule": "context"}`` asks what 0.5.23 would do with the
-legacy width.
+A release's data is what ``workbench engines learn`` measured from its own code
+(``data/engines/NAME/VERSION.json``, section ``buffers``: ``learned.py``), each value with how it
+was obtained (the function run and the number of states, or the file and line it was read from).
+A *pseudo-version* (``sglang==0.5.23+revert-ascend-width``, ``data/engines/pseudo.json``) is a
+learned release with one fix reverted: its base's data with its own fields over them. Entries of
+``data/engines.json`` stand for the releases no learner has measured yet (vLLM's, until its
+learner ships them); a learned release wins over an entry of the same name.
+
+A case that names an ``engine`` takes that version's fields for its component; fields the case
+gives itself win, so ``{"engine": "sglang==0.5.23", "rule": "context"}`` asks what 0.5.23 would
+do with the legacy width.
 """
 
 from __future__ import annotations
@@ -12,11 +18,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from workbench.engines import learned
+from workbench.engines.releases import ENGINES, split, version_key
 
 DEFAULT_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines.json"
+PSEUDO_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines" / "pseudo.json"
 VERSION_FIELDS = ("width_gen",)  # fields a version sets for every component
+CASE_FIELDS = ("rule", "replay", "gather")  # the fields of a table backend or allocator a case takes
+SECTION = "buffers"
 
 
 @dataclass(frozen=True)
@@ -24,15 +37,49 @@ class EngineVersion:
     engine: str  # "sglang==0.5.23"
     read_from: str
     fields: Mapping[str, Mapping[str, object]]  # component -> field -> value
-    sources: Mapping[str, Mapping[str, str]]  # component -> field -> "file:lines"
+    sources: Mapping[str, Mapping[str, str]]  # component -> field -> how it was obtained
     common: Mapping[str, object]  # fields in force for every component (width_gen)
+    facts: Mapping[str, Any] = field(default_factory=dict)  # the learned section as it is (conformance, history)
+    base: str | None = None  # a pseudo-version's release
+    pseudo: str | None = None  # one line: what a pseudo-version stands for
 
     def case_fields(self, component: str) -> dict[str, object]:
         """The fields this version sets for ``component`` (common ones included)."""
         return {**self.common, **self.fields.get(component, {})}
 
 
-def _parse_version(data: Mapping[str, object], path: Path) -> EngineVersion:
+def how_obtained(fact: Mapping[str, Any]) -> str:
+    """One line for a fact: ``measured: FUNCTION on N states (FILE:LINES)`` or ``read: FILE:LINES (REASON)``."""
+    if fact.get("how") == "read":
+        return f"read: {fact['source']} ({fact['reason']})"
+    found = f" ({fact['found']})" if fact.get("found") else ""
+    return f"measured: {fact['function']} on {fact['states']} states{found}"
+
+
+def from_learned(engine: str, section: Mapping[str, Any], read_from: str) -> EngineVersion:
+    """The version a learned ``buffers`` section stands for: every fact with a value becomes a
+    field (a table backend's ``rule`` and ``replay``, the allocator's ``gather``, a pooled buffer's
+    ``{"rule", "check"}`` under its key), with how it was obtained as its source."""
+    fields: dict[str, dict[str, object]] = {}
+    sources: dict[str, dict[str, str]] = {}
+    for component, entries in section.get("backends", {}).items():
+        for name, fact in entries.items():
+            pooled = isinstance(fact.get("value"), dict)
+            if fact.get("value") is None or not (name in CASE_FIELDS or pooled):
+                continue
+            fields.setdefault(component, {})[name] = fact["value"]
+            sources.setdefault(component, {})[name] = how_obtained(fact)
+    common: dict[str, object] = {}
+    for name in VERSION_FIELDS:
+        fact = section.get(name)
+        if isinstance(fact, dict) and fact.get("value") is not None:
+            common[name] = fact["value"]
+            sources.setdefault("*", {})[name] = how_obtained(fact)
+    return EngineVersion(engine, read_from, fields, sources, common, facts=section)
+
+
+def _from_entry(data: Mapping[str, object], path: Path) -> EngineVersion:
+    """An entry of ``data/engines.json`` (values read by hand, each with its file and line)."""
     engine = data.get("engine")
     if not isinstance(engine, str) or "==" not in engine:
         raise ValueError(f"{path}: engine: {engine!r} is not NAME==VERSION")
@@ -58,27 +105,67 @@ def _parse_version(data: Mapping[str, object], path: Path) -> EngineVersion:
     return EngineVersion(engine, str(data.get("read_from", "")), fields, sources, common)
 
 
+def _pseudo(data: Mapping[str, Any], bases: Mapping[str, EngineVersion], path: Path) -> EngineVersion | None:
+    """A pseudo-version over its learned base (None while the base is not learned)."""
+    engine, base_name = str(data.get("engine")), str(data.get("base"))
+    base = bases.get(base_name)
+    if base is None:
+        return None
+    fields = {c: dict(f) for c, f in base.fields.items()}
+    sources = {c: dict(s) for c, s in base.sources.items()}
+    for component, entries in data.get("backends", {}).items():
+        for name, entry in entries.items():
+            if not isinstance(entry, dict) or "value" not in entry or not isinstance(entry.get("source"), str):
+                raise ValueError(f"{path}: {engine}: {component}.{name}: needs \"value\" and \"source\"")
+            fields.setdefault(component, {})[name] = entry["value"]
+            sources.setdefault(component, {})[name] = str(entry["source"])
+    facts = {**base.facts, "pseudo": {k: v for k, v in data.items() if k != "engine"}}
+    return EngineVersion(engine, f"{base.engine} with one change: {data.get('pseudo', '')}", fields, sources,
+                         dict(base.common), facts=facts, base=base.engine, pseudo=str(data.get("pseudo", "")))
+
+
 @functools.lru_cache(maxsize=4)
-def load_versions(path: str | Path = DEFAULT_VERSIONS) -> dict[str, EngineVersion]:
-    """Every version of the data file, by its ``NAME==VERSION``."""
+def load_versions(path: str | Path = DEFAULT_VERSIONS, pseudo_path: str | Path = PSEUDO_VERSIONS) -> dict[str, EngineVersion]:
+    """Every version, by its ``NAME==VERSION``: the learned releases (oldest first per engine),
+    then the pseudo-versions over them, then ``data/engines.json``'s entries no learner replaced."""
+    versions: dict[str, EngineVersion] = {}
+    for name in ENGINES:
+        for engine in sorted(learned.learned_releases(name), key=lambda e: version_key(split(e)[1])):
+            data = learned.load(engine)
+            section = None if data is None else data["sections"].get(SECTION)
+            if section is not None:
+                wheel = data.get("wheel", {}).get("file", "its wheel") if data else "its wheel"
+                versions[engine] = from_learned(engine, section, f"learned from {wheel}")
+    pseudo_file = Path(pseudo_path)
+    if pseudo_file.exists():
+        for entry in json.loads(pseudo_file.read_text()).get("versions", []):
+            made = _pseudo(entry, versions, pseudo_file)
+            if made is not None:
+                versions[made.engine] = made
     path = Path(path)
-    data = json.loads(path.read_text())
-    versions = [_parse_version(v, path) for v in data.get("versions", [])]
-    return {v.engine: v for v in versions}
+    if path.exists():
+        for entry in json.loads(path.read_text()).get("versions", []):
+            if entry.get("engine") not in versions:
+                version = _from_entry(entry, path)
+                versions[version.engine] = version
+    return versions
 
 
 def measured_releases(name: str) -> list[str]:
     """The releases of engine ``name`` whose buffer data the models can take (pseudo-versions,
     ``0.5.23+revert-...``, left out): the ones a release without data of its own stands in by
-    (``workbench.engines.releases.nearest``)."""
-    return [e for e in load_versions() if e.split("==", 1)[0] == name and "+" not in e]
+    (``workbench.engines.releases.nearest``), oldest first."""
+    found = [e for e in load_versions() if split(e)[0] == name and "+" not in e]
+    return sorted(found, key=lambda e: version_key(split(e)[1]))
 
 
 def engine_version(engine: str) -> EngineVersion:
     """The version named ``engine``; a ValueError naming the known ones otherwise."""
     versions = load_versions()
     if engine not in versions:
-        raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
+        name = engine.partition("==")[0]
+        same = [e for e in versions if e.startswith(f"{name}==")] or list(versions)
+        raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(same)})")
     return versions[engine]
 
 
@@ -89,5 +176,11 @@ def apply_engine(data: Mapping[str, object], component: str) -> dict[str, object
         return dict(data)
     if not isinstance(engine, str):
         raise ValueError(f"engine: {engine!r} is not a string (write NAME==VERSION)")
-    defaults = engine_version(engine).case_fields(component)
+    version = engine_version(engine)
+    defaults = version.case_fields(component)
+    for name in CASE_FIELDS:  # a field the release's code gave no value for, and the case none either
+        fact = version.facts.get("backends", {}).get(component, {}).get(name)
+        if name not in defaults and name not in data and isinstance(fact, Mapping) and fact.get("value") is None:
+            why = fact.get("finding") or fact.get("reason") or "not measured"
+            raise ValueError(f"engine: {engine} has no {name} for {component} ({why}); give {name} yourself")
     return {**defaults, **{k: v for k, v in data.items() if k != "engine"}}

@@ -39,7 +39,7 @@ def compare(engine: str, function: str, pairs: Iterable[tuple[State, Callable[[]
     for state, engine_side, model_side in pairs:
         got, want = engine_side(), model_side()
         states += 1
-        if "seed" in state:  # the spec's seed cases: say what the engine's own code gave
+        if "seed" in state:  # the seed cases: say what the engine's own code gave
             seeds.append({"seed": state["seed"], "outcome": got["outcome"], "error": got.get("error"),
                           "agree": got == want})
         if got == want:
@@ -71,14 +71,25 @@ def _wanted(job: dict[str, Any], function: str) -> bool:
 
 
 def _unmodelled(job: dict[str, Any], check: checks.Check, function: str) -> str | None:
-    """Why ``function``'s model does not stand for this version, or None: its backend is not in
-    the version's entry in data/engines.json (checked before the row's module is imported)."""
+    """Why ``function``'s model does not stand for this version, or None: the release has no
+    buffer data (only the rows that need none run), a setting its model needs was not learned, or
+    its backend is not in the release's learned data (checked before the row's module is imported)."""
+    from workbench.engines.behaviour import unlearned_reason
+
+    if job["behaviour"].get("unmodelled") and not check.any_release:
+        return str(job["behaviour"]["unmodelled"])
+    absent = job.get("absent_modules", {}).get(check.modules[0])
+    if absent is not None:  # where a later release keeps it, this one has nothing of the kind
+        return f"{job['engine']} has no {absent}: its learner found none in the wheel"
+    missing = unlearned_reason(job["engine"], function, job.get("unlearned", {}))
+    if missing is not None:
+        return missing
     backend = check.backends.get(function)
     listed = job["behaviour"].get("backends")
     if backend is None or listed is None or backend in listed:
         return None
-    return (f"{job['engine']}'s entry in data/engines.json does not list {backend}: "
-            "its model stands for the versions whose entry does")
+    return (f"{job['engine']}'s learned data does not list {backend}: "
+            "its model stands for the releases whose data does")
 
 
 def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: None) -> Iterator[Row]:
@@ -95,6 +106,10 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
     else:
         checks.settle_torch_without_triton()
     standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real)
+    if job.get("tolerant"):  # the release imports only statement by statement (its learned data says so)
+        from workbench.engines.tolerant_import import TolerantFinder
+
+        sys.meta_path.insert(0, TolerantFinder(Path(job["package_dir"])))
     if job.get("patch"):
         try:  # the engine's own source patcher, as its pr_fix_toggle uses it
             patcher = importlib.import_module("sglang.srt.debug_utils.source_patcher")
@@ -115,6 +130,9 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
         except BaseException as error:  # noqa: BLE001 - a module that fails to import skips its rows
             yield from (skipped(engine, f, f"cannot import {check.modules[0]}: {_one_line(error)}") for f in functions)
             continue
+        from workbench.engines import sglang_calls_older
+
+        sglang_calls_older.adapt(modules, job.get("names", {}))
         standins.strict()
         for function in functions:
             yield _one_row(job, check, function, modules, real, announce)

@@ -1,4 +1,4 @@
-"""The paged KV-cache allocator (spec section 4), with the three ``alloc_decode`` gathers.
+"""The paged KV-cache allocator, with the three ``alloc_decode`` gathers (docs/semantics.md#the-paged-allocator).
 
 Page 0 is reserved: padded graph rows write their dummy KV into it, so it is never free and never
 owned. Every other page is, at any moment, in exactly one of three places:

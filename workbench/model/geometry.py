@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from workbench.model.choice import Choice
 
-# Ranges accepted for each field. They are wide enough for every real deployment in the spec
-# (context lengths up to 1M tokens, page sizes up to 256, NGRAM drafts of 16 tokens) with room to
-# explore, and narrow enough that the int32 tensors the engine uses cannot overflow.
+# Ranges accepted for each field. They are wide enough for every real deployment the project models
+# (docs/engine-facts.md#realistic-settings: context lengths up to 1M tokens, page sizes up to 256, NGRAM
+# drafts of 16 tokens) with room to explore, and narrow enough that the int32 tensors the engine uses cannot overflow.
 MAX_CONTEXT_LEN = 1 << 24
 MAX_PAGE_SIZE = 4096
 MAX_DRAFT_TOKENS = 1024
@@ -25,7 +25,7 @@ MAX_GRAPH_BATCH = 4096
 
 WIDTH_GENERATIONS = ("g1", "g2", "g3")
 
-# Slack the request table has beyond the context length in every generation (spec section 1).
+# Slack the request table has beyond the context length in every generation (docs/semantics.md#width-generations).
 REQ_TO_TOKEN_SLACK = 4
 
 
@@ -104,8 +104,8 @@ class ServingGeometry:
     def req_to_token_extra(self) -> int:
         """Columns the request table has beyond ``context_len``, by width generation.
 
-        Worked values (spec section 1): EAGLE D=6 steps=5 topk=1 ps=64 gives 10 / 10 / 75 for
-        g1 / g2 / g3; NGRAM D=16 topk=10 ps=128 gives 20 / 32 / 159.
+        Worked values (docs/semantics.md#width-generations): EAGLE D=6 steps=5 topk=1 ps=64 gives
+        10 / 10 / 75 for g1 / g2 / g3; NGRAM D=16 topk=10 ps=128 gives 20 / 32 / 159.
         """
         extra = REQ_TO_TOKEN_SLACK + self.draft_tokens
         if not self.speculative or self.page_size == 1 or self.width_gen == "g1":

@@ -1,4 +1,4 @@
-"""What one executed engine step came to (spec section 5)."""
+"""What one executed engine step came to (docs/semantics.md#outcomes)."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
                  "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)"
                  }.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
-                       f"{first.outcome} in {where}")
+                       f"{first.outcome} in {where}{_conditions(deployment, first, rows)}")
     if not deployment.graphs:
         return UNDECIDED, "UNDECIDED: graphs are disabled: the eager path's tables are not modelled"
     if missing:
@@ -146,8 +146,32 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     margins = [(r.margin, r) for r in rows if r.margin is not None]
     if margins:
         margin, row = min(margins, key=lambda m: m[0])
-        return SAFE, f"SAFE: no row reaches a failure; smallest margin {margin} tokens ({row.buffer} {row.mode})"
+        if margin < 0:  # reached only by a batch the pool cannot hold
+            return SAFE, (f"SAFE: no row reaches a failure; {row.buffer} {row.mode} fails at {row.first_failing} only "
+                          f"for {row.conditions[-1] if row.conditions else 'a batch the pool cannot hold'}"
+                          f"{_assumed(deployment, rows)}")
+        return SAFE, (f"SAFE: no row reaches a failure; smallest margin {margin} tokens ({row.buffer} {row.mode}; "
+                      f"reach {row.reach}: {row.reach_why}){_assumed(deployment, rows)}")
     return SAFE, "SAFE: no row fails at any committed length the request table holds"
+
+
+def _conditions(deployment: Deployment, row: Row, rows: Sequence[Row]) -> str:
+    """What must happen for the failure: the reach's terms, the batch and the pool it needs."""
+    said = "; ".join(c for c in row.conditions if c)
+    return f" (needs: {said}; reach {row.reach}: {row.reach_why}){_assumed(deployment, rows)}"
+
+
+def _assumed(deployment: Deployment, rows: Sequence[Row]) -> str:
+    """The assumptions a verdict rests on, said in its line."""
+    parts = []
+    rule = deployment.reach_rule
+    if rule.substituted:
+        parts.append(f"reach facts of {rule.substituted} stand in for {deployment.version.engine}")
+    if rule.overshoot is not None and rule.scheduler is not None:
+        parts.append(f"--overshoot {rule.overshoot} is a what-if, not the scheduler's reach")
+    if deployment.pool_estimated and any(r.pool_holds is not None for r in rows):
+        parts.append(f"the KV pool ({deployment.pool_tokens} tokens) is an estimate")
+    return f" [assumes: {'; '.join(parts)}]" if parts else ""
 
 
 def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str], int, str]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from workbench.analysis.reach import ReachRule
+from workbench.analysis.reach import Conditions, ReachRule
+from workbench.analysis.verdict_numbers import kv_budget_bytes
 from workbench.engines.launch import LaunchVersion
 from workbench.engines.launch_adapters import GIVEN, READ, WORKBENCH, FlagUse, Gpu, ModelFacts, Resolution
 from workbench.engines.launch_adapters import Setting as EngineSetting
@@ -68,6 +69,9 @@ class Deployment:
     flags: tuple[FlagUse, ...] = ()
     notes: tuple[str, ...] = ()
     extra: Mapping[str, object] = field(default_factory=dict)  # engine-specific values (vLLM: dcp, lookahead)
+    conditions: Conditions = field(default_factory=Conditions)  # overlap, the KV pool: what the reach depends on
+    pool_estimated: bool = True  # the pool's size is an estimate (or unknown), not --max-total-tokens
+    pool_tokens: int | None = None  # the KV pool, given or estimated (None: unknown)
 
     @property
     def device_family(self) -> str:
@@ -79,10 +83,8 @@ class Deployment:
 
     @property
     def kv_budget_bytes(self) -> int | None:
-        """The KV cache of a full graph batch: ``max_bs`` requests of ``ctx`` tokens."""
-        if self.kv_bytes_per_token is None:
-            return None
-        return self.geometry.max_bs * self.geometry.context_len * self.kv_bytes_per_token
+        """The KV cache of a full graph batch (``verdict_numbers.kv_budget_bytes``)."""
+        return kv_budget_bytes(self.geometry.max_bs, self.geometry.context_len, self.kv_bytes_per_token)
 
 
 class Settings:

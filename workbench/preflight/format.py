@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from workbench.analysis.verdict_numbers import format_share
 from workbench.preflight import CheckResult
 from workbench.preflight.rows import Fix, Row
 
@@ -19,7 +20,7 @@ def _bytes(n: int) -> str:
 def _fix_line(fix: Fix, unit: str) -> str:
     what = f"rule {fix.rule} [{fix.change}]" if fix.rule else (
         fix.change if unit == "entries" else "a table wider than every rule of the backend")
-    share = f", {fix.share_of_kv_budget * 100:.3g}% of the KV budget" if fix.share_of_kv_budget is not None else ""
+    share = f", {format_share(fix.share_of_kv_budget)} of the KV budget" if fix.share_of_kv_budget is not None else ""
     if unit == "free pages":
         return f"fix: gather {fix.rule} [{fix.change}]: no bytes"
     return f"fix: {what}: {fix.width} {unit}, {_bytes(fix.bytes)} ({fix.extra_bytes:+d} bytes){share}"

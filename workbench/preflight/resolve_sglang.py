@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.analysis.reach import reach_rule
-from workbench.engines.launch_adapters import ENGINE, READ, WORKBENCH, Resolution
+from workbench.analysis.reach import Conditions, reach_rule
+from workbench.engines.launch_adapters import ENGINE, READ, WORKBENCH, ModelFacts, Resolution
 from workbench.model.geometry import Mode
+from workbench.preflight import pool as kv_pool
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 
 # Algorithms whose graphs the workbench models, and the graphs each captures (Mode, step).
@@ -26,7 +27,8 @@ READS = {
     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
     "speculative_ngram_max_bfs_breadth", "cuda_graph_max_bs", "cuda_graph_max_bs_decode", "cuda_graph_bs",
     "cuda_graph_bs_decode", "cuda_graph_config", "disable_cuda_graph", "cuda_graph_backend_decode",
-    "disable_overlap_schedule", "kv_cache_dtype", "model_config.context_len",
+    "disable_overlap_schedule", "kv_cache_dtype", "model_config.context_len", "mem_fraction_static", "tp_size",
+    "max_total_tokens",
 }
 
 
@@ -88,7 +90,6 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
         s.take("context_length")
     context_len = int(str(s.take("model_config.context_len", "context_len")))
     max_bs, graphs = _decode_graph(s)
-    s.take("disable_overlap_schedule")
     width_gen = str(context.version.backend_fields("*").get("width_gen", "g1"))
     s.add("width_gen", width_gen, READ, context.version.backend_source("*", "width_gen") or "g1")
     geometry = check_geometry(context_len=context_len, page_size=page_size, draft_tokens=draft, spec_steps=steps,
@@ -96,9 +97,16 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     s.add("request_table_width", geometry.request_table_width, WORKBENCH,
           f"W = ctx + extra under {width_gen} (the request table's width)")
     rule = reach_rule(context.version).with_overshoot(context.overshoot)
-    source = rule.sources.get("overshoot", "")
-    s.add("overshoot", rule.overshoot, "given" if context.overshoot is not None else WORKBENCH if source.startswith("workbench")
-          else READ, "--overshoot" if context.overshoot is not None else source)
+    if rule.overshoot is not None:
+        source = rule.sources.get("overshoot", "")
+        s.add("overshoot", rule.overshoot, "given" if context.overshoot is not None else WORKBENCH if source.startswith("workbench")
+              else READ, "--overshoot (a what-if: the reach is ctx - 1 plus it)" if context.overshoot is not None else source)
+    overlap = _overlap(s)
+    found = _pool(s, context, model)
+    # A given pool bounds every request (max_req_len); an estimated one only the batches it must hold.
+    given = None if found.estimated else found.tokens
+    conditions = Conditions(overlap=overlap[0], overlap_source=overlap[1], pool_tokens=given,
+                            pool_source=found.source if given else "assumed larger than the context", algorithm=algorithm)
     names: tuple[str, ...] = (str(backend),)
     if algorithm is not None and algorithm not in MODELLED_ALGORITHMS:
         names += (f"speculative {algorithm}",)  # no backend models its graphs: the check is undecided
@@ -106,4 +114,31 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
         s.add("dsa", True, ENGINE, f"the release's DSA predicate on {model.architecture}")
     return Deployment(context.version, context.command, context.choice, model.path, model, device, geometry, names,
                       _modes(algorithm, steps), graphs and max_bs is not None, rule, s.rest(resolution.flags),
-                      resolution.flags, tuple(resolution.notes), {"algorithm": algorithm})
+                      resolution.flags, tuple(resolution.notes), {"algorithm": algorithm}, conditions, found.estimated,
+                      found.tokens)
+
+
+def _overlap(s: Settings) -> tuple[bool | None, str]:
+    """Overlap scheduling, as the release's own resolution left it (``disable_overlap_schedule``:
+    given, or set by the engine, e.g. off for a speculative worker without spec v2)."""
+    disabled = s.engine.get("disable_overlap_schedule")
+    if disabled is None:
+        return None, ""
+    s.take("disable_overlap_schedule")
+    return not bool(disabled.value), f"disable_overlap_schedule {disabled.value}: {disabled.source}"
+
+
+def _pool(s: Settings, context: ResolveContext, model: ModelFacts) -> kv_pool.Pool:
+    """The KV pool: --max-total-tokens, else estimated from the GPU, the engine's memory fraction,
+    the model's weights (a dense config's count) and its KV bytes per token."""
+    fraction = s.take("mem_fraction_static")
+    tp = s.take("tp_size")
+    total = s.take("max_total_tokens")
+    weights = kv_pool.dense_weights_bytes(model.config) if model.config else None
+    found = kv_pool.estimate(max_total_tokens=int(str(total)) if total is not None else None, gpu=context.gpu.name,
+                             gpu_memory_gib=context.gpu.memory_mib / 1024,
+                             mem_fraction=float(str(fraction)) if fraction is not None else None, weights_bytes=weights,
+                             kv_bytes_per_token=model.kv_bytes_per_token, tp=int(str(tp or 1)), mla=model.attention == "mla")
+    s.add("kv_pool_tokens", found.tokens if found.tokens is not None else "unknown",
+          "given" if not found.estimated else WORKBENCH, found.source)
+    return found

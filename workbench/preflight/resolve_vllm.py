@@ -13,7 +13,8 @@ What sets tables up (``launch_names``): a DSA model has the sparse indexer's exp
 (``"dsa-indexer"``), the V0 engine its graph block tables (``"v0-graph-block-tables"``). The vLLM
 backends declare those names; the registry picks them (``workbench.preflight.vllm_backends``).
 The v1 block table itself leaves no room for drafts but is never read past its row (the scheduler
-and the drafter clamp), so a deployment with neither sets up no table the workbench models.
+and the drafter clamp, docs/engine-facts.md#vllm-limits-near-max-model-len), so a deployment with
+neither sets up no table the workbench models.
 """
 
 from __future__ import annotations

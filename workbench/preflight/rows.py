@@ -26,6 +26,7 @@ from workbench.analysis.boundary import Boundary, BoundaryError, PredictionMisma
 from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.analysis.memory import min_safe_width
 from workbench.analysis.reach import Reach, reach
+from workbench.analysis.verdict_numbers import kv_share
 from workbench.backends.base import INT32_BYTES, TableBackend
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay, TableCase
@@ -66,6 +67,12 @@ class Row:
     bytes: int | None
     fix: Fix | None = None
     replay: str | None = None
+    reach_why: str = ""  # which reach, and why: recipe, overlap, worker, pool
+    batch: int | None = None  # pooled rows: the requests that must sit at the failing length at once
+    pool_needed: int | None = None  # their KV tokens
+    pool_tokens: int | None = None  # the deployment's pool (given or estimated)
+    pool_holds: bool | None = None  # None: the pool is unknown
+    conditions: tuple[str, ...] = ()  # what must happen for a run to meet the failure
 
 
 def _boundary(case: TableCase, device: str) -> Boundary:
@@ -104,7 +111,7 @@ def _fix(backend: TableBackend, case: TableCase, where: Reach, failing_bytes: in
     else:
         width, change = min_safe_width(backend.name, g, case.mode, case.step_id), "no rule of the backend"
     size = backend.table_bytes(g, width, case.mode)
-    return Fix(rule, width, size, size - failing_bytes, size / budget if budget else None, change)
+    return Fix(rule, width, size, size - failing_bytes, kv_share(size - failing_bytes, budget), change)
 
 
 def table_row(backend: TableBackend, deployment: Deployment, mode: Mode, step_id: int, device: str) -> Row | str:
@@ -120,7 +127,7 @@ def table_row(backend: TableBackend, deployment: Deployment, mode: Mode, step_id
         return f"{backend.name} {mode.value}: {err}"
     g = deployment.geometry
     width = backend.width(g, case.rule)
-    where = reach(deployment.reach_rule, g, mode, step_id)
+    where = reach(deployment.reach_rule, g, mode, step_id, deployment.conditions)
     first = found.first_failing_seq_len
     result = found.failing if first is not None else found.passing
     size = backend.table_bytes(g, width, mode)
@@ -132,7 +139,8 @@ def table_row(backend: TableBackend, deployment: Deployment, mode: Mode, step_id
         first_failing=first, outcome=result.outcome.value if result and first is not None else "ok",
         message=result.error if result and first is not None else None, reach=where.largest_committed,
         margin=where.margin(first), reachable=reachable, bytes=size, fix=fix,
-        replay=case.replay.value if "replay" in backend.case_fields else None,
+        replay=case.replay.value if "replay" in backend.case_fields else None, reach_why=where.why,
+        conditions=(*where.conditions, f"one request at {first}") if reachable else (),
     )
 
 
@@ -155,7 +163,7 @@ def allocator_rows(deployment: Deployment, device: str) -> list[Row]:
     fails = found.first_ok_free > needed
     failing = found.below if fails else None
     # The scheduler admits a batch when available_size() >= pages needed: an exactly full pool of a
-    # batch of two is a state any run with two requests can be in (spec section 4).
+    # batch of two is a state any run with two requests can be in (docs/semantics.md#exact-fit).
     reachable = fails and deployment.geometry.max_bs >= 2
     fix = Fix(gather.fixed_by, 0, 0, 0, 0.0, backends.gather_of(gather.fixed_by).change) if reachable and gather.fixed_by else None
     return [Row(
@@ -198,7 +206,7 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
     """
     rows: list[Row] = []
     g = deployment.geometry
-    where = reach(deployment.reach_rule, g, Mode.DECODE, 0)
+    where = reach(deployment.reach_rule, g, Mode.DECODE, 0, deployment.conditions)
     for backend in _launched_case_backends(deployment):
         case = backend.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra)
         if case is None:
@@ -246,16 +254,17 @@ def pooled_rows(deployment: Deployment, device: str) -> list[Row]:
                 continue
             rule, check = str(entry["rule"]), str(entry["check"])
             first = buffer.first_failure(g, rule)
-            where = reach(deployment.reach_rule, g, buffer.mode, 0)
+            where = reach(deployment.reach_rule, g, buffer.mode, 0, deployment.conditions)
             batch = buffer.worst_batch(g)
             result = buffer.probe(g, rule, check, [first] * batch, device) if first is not None else None
             size = buffer.graph_bytes(g, rule)
+            held = _pool_condition(deployment, batch, first)
+            reachable = where.reaches(first) and held[1] is not False
             fix = None
-            if where.reaches(first):
+            if reachable:
                 safe = buffer.safe_bytes(g, where.largest_committed)
-                budget = deployment.kv_budget_bytes
                 fix = Fix(None, safe // (INT32_BYTES * buffer.rows(g)), safe, safe - size,
-                          safe / budget if budget else None,
+                          kv_share(safe - size, deployment.kv_budget_bytes),
                           f"a buffer that holds {batch} request{'s' if batch > 1 else ''} at the reachable length")
             rows.append(Row(
                 kind="pooled", backend=backend.name, buffer="kv_indices", mode=buffer.key,
@@ -263,10 +272,30 @@ def pooled_rows(deployment: Deployment, device: str) -> list[Row]:
                 rule_source=deployment.version.backend_source(backend.name, buffer.key),
                 width=buffer.capacity(g, rule, batch), unit="entries", first_failing=first,
                 outcome=result.outcome.value if result else "ok", message=result.error if result else None,
-                reach=where.largest_committed, margin=where.margin(first), reachable=where.reaches(first), bytes=size,
-                fix=fix, replay=check,
+                reach=where.largest_committed, margin=where.margin(first), reachable=reachable, bytes=size,
+                fix=fix, replay=check, reach_why=where.why, batch=batch if first is not None else None,
+                pool_needed=batch * first if first is not None else None, pool_tokens=deployment.pool_tokens,
+                pool_holds=held[1], conditions=(*where.conditions, held[0]) if where.reaches(first) else (),
             ))
     return rows
+
+
+def _pool_condition(deployment: Deployment, batch: int, first: int | None) -> tuple[str, bool | None]:
+    """What the worst batch needs of the KV pool, and whether the deployment's pool holds it.
+
+    Worked example: 8 requests at 131069 need 1,048,552 KV tokens; a pool of 434,000 holds at most
+    3 of them (434000 // 131069), so the failure needs more than the pool allows."""
+    if first is None:
+        return "", None
+    need = batch * first
+    pool = deployment.pool_tokens
+    label = " (estimated)" if deployment.pool_estimated else ""
+    if pool is None:
+        return f"{batch} request{'s' if batch > 1 else ''} at {first} at once: {need} KV tokens (pool unknown)", None
+    fits = pool // first
+    verdict = "holds them" if need <= pool else f"holds at most {fits}"
+    return (f"{batch} request{'s' if batch > 1 else ''} at {first} at once: {need} KV tokens; "
+            f"the pool of {pool}{label} {verdict}"), need <= pool
 
 
 class PreflightRowError(ValueError):

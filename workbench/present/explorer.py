@@ -53,7 +53,7 @@ class ExplorerState:
     context_len: int = 32768
     page_size: int = 128
     draft_tokens: int = 16
-    overshoot: int = 2  # committed tokens past ctx - 1 the scheduler lets through (spec section 1)
+    overshoot: int = 2  # committed tokens past ctx - 1 (docs/semantics.md#reach-and-margin)
     rule: str = "context"
     mode: str = "target-verify"
     width_gen: str = "g1"

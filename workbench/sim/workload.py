@@ -291,7 +291,7 @@ def qwq_scenario(
     *, rule: str = "context", acceptance: Acceptance | None = None, max_bs: int = 4,
     num_requests: int = 4,
 ) -> tuple[SimConfig, Workload]:
-    """QwQ-32B on Ascend (spec section 2): ctx 32768, ps 128, NGRAM D 16, topk 10, no draft KV.
+    """QwQ-32B on Ascend (the Ascend seed): ctx 32768, ps 128, NGRAM D 16, topk 10, no draft KV.
 
     Prompts start close to the context (32500 .. 32740 tokens) so only the last few hundred
     tokens of each request are stepped; outputs of 64 .. 512 tokens carry most of them to the cap.
@@ -309,7 +309,8 @@ def exact_fit_scenario(
     """A small pool (28 pages of 4 tokens), 8 short requests, 4 at a time, no speculation.
 
     With optimistic admission (conservativeness 0) the pool runs full, so decode batches that need
-    exactly the free pages are common: the state of the allocator seed (spec section 4).
+    exactly the free pages are common: the state of the allocator seed
+    (docs/semantics.md#exact-fit).
     """
     geometry = ServingGeometry(context_len=512, page_size=4, max_bs=4)
     workload = Workload(num_requests=8, prompt=LengthDist(8, 40), output=LengthDist(8, 64))

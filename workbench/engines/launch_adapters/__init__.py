@@ -181,6 +181,7 @@ class ModelFacts:
     kv_bytes_per_token: int | None  # the KV cache of one token, all layers, at the resolved KV dtype
     num_nextn_predict_layers: int = 0
     draft: ModelFacts | None = None
+    config: Mapping[str, Any] | None = None  # the config as the engine's loader read it (to_dict), for estimates
 
 
 @dataclass(frozen=True)

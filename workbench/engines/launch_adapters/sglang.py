@@ -414,4 +414,14 @@ def _facts(located: Located, model_config: Any, server_args: Any, draft_facts: M
         context_length=getattr(model_config, "context_len", None), attention="mla" if arch.endswith("MLA") else "mha",
         dsa=_is_dsa(hf_config), kv_bytes_per_token=_kv_bytes(model_config, server_args),
         num_nextn_predict_layers=int(getattr(hf_config, "num_nextn_predict_layers", 0) or 0), draft=draft_facts,
+        config=_config_dict(hf_config),
     )
+
+
+def _config_dict(hf_config: Any) -> dict[str, Any] | None:
+    to_dict = getattr(hf_config, "to_dict", None)
+    try:
+        found = jsonable(to_dict()) if callable(to_dict) else None
+    except Exception:  # noqa: BLE001 - a config class whose to_dict needs more than it has: no estimate from it
+        return None
+    return found if isinstance(found, dict) else None

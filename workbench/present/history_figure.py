@@ -1,0 +1,81 @@
+"""The history of the bug class as a timeline: one line per backend and mode, releases left to
+right, each run of consecutive releases that meet the same drawn as one bar coloured by what a
+run of the reference deployment meets, with its first failing committed length written in it.
+
+A fix shows as a change of colour (or of the number) between two releases; the releases to avoid
+are the red bars. Takes ``workbench.analysis.history.history``'s frame; computes nothing but runs
+and labels.
+"""
+
+from __future__ import annotations
+
+import pandas as pd  # type: ignore[import-untyped]
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+
+STATUS_LABELS = {"reachable": "reachable failure (avoid)", "unreachable": "fails past what a run reaches",
+                 "safe": "safe", "not modelled": "not modelled (no rule agrees, or its code did not run)", "absent": "no such buffer",
+                 "not learned": "not learned"}
+STATUS_COLOURS = {"reachable": "#d62728", "unreachable": "#f2c14e", "safe": "#2ca02c", "not modelled": "#9467bd",
+                  "absent": "#e0e0e0", "not learned": "#ffffff"}
+ROW_PX, COLUMN_PX = 26, 22
+TEXT_MIN_RUN = 3  # releases a bar spans before its number is written in it (a narrower one: hover)
+
+
+def _runs(rows: pd.DataFrame) -> list[tuple[int, int, pd.Series]]:
+    """(first index, last index, the row) of each run of releases whose cells are the same."""
+    keys = ("status", "outcome", "first_failing")
+    runs: list[tuple[int, int, pd.Series]] = []
+    for i, (_, row) in enumerate(rows.iterrows()):
+        same = runs and all(str(runs[-1][2].get(k)) == str(row.get(k)) for k in keys)
+        if same:
+            runs[-1] = (runs[-1][0], i, runs[-1][2])
+        else:
+            runs.append((i, i, row))
+    return runs
+
+
+def _label(row: pd.Series) -> str:
+    if row.status in ("reachable", "unreachable") and pd.notna(row.get("first_failing")):
+        return f"{int(row.first_failing)}"
+    if row.status in ("reachable", "unreachable"):
+        return str(row.outcome)
+    return ""
+
+
+def history_figure(frame: pd.DataFrame) -> go.Figure:
+    releases = list(dict.fromkeys(frame.release))
+    lines = list(dict.fromkeys(zip(frame.backend, frame["mode"])))
+    fig = go.Figure()
+    shown: set[str] = set()
+    for y, (backend, mode) in enumerate(lines):
+        rows = frame[(frame.backend == backend) & (frame["mode"] == mode)]
+        for first, last, row in _runs(rows):
+            status = str(row.status)
+            span = f"{releases[first].split('==')[1]}-{releases[last].split('==')[1]}" if last > first else \
+                releases[first].split("==")[1]
+            detail = f"{row.outcome} at {int(row.first_failing)}" if pd.notna(row.get("first_failing")) else \
+                str(row.get("outcome") or status)
+            fig.add_trace(go.Bar(
+                x=[last - first + 1], base=[first - 0.5], y=[y], orientation="h", width=0.8,
+                marker={"color": STATUS_COLOURS[status], "line": {"color": "#555", "width": 0.5}},
+                name=STATUS_LABELS[status], legendgroup=status, showlegend=status not in shown,
+                text=[_label(row) if last - first + 1 >= TEXT_MIN_RUN else ""], textposition="inside",
+                insidetextanchor="middle", textfont={"size": 10}, cliponaxis=True,
+                hovertext=[f"{backend} {mode}<br>{row.reference}<br>{span}: {detail} ({status})"],
+                hoverinfo="text"))
+            shown.add(status)
+    fig.update_layout(
+        title={"text": "History: what a reference deployment meets, release by release (first failing committed length)",
+               "x": 0.01, "xanchor": "left"},
+        barmode="overlay", bargap=0.2, plot_bgcolor="white",
+        xaxis={"title": "release", "tickmode": "array", "tickvals": list(range(len(releases))),
+               "ticktext": [r.split("==")[1] for r in releases], "tickangle": -90, "range": [-0.5, len(releases) - 0.5],
+               "tickfont": {"size": 10}},
+        yaxis={"title": "backend and graph mode (buffer)", "tickmode": "array", "tickvals": list(range(len(lines))),
+               "ticktext": [f"{b.removeprefix('sglang-')} · {m}" for b, m in lines], "autorange": "reversed",
+               "automargin": True, "tickfont": {"size": 10}},
+        legend={"orientation": "h", "y": -0.12, "x": 0, "yanchor": "top", "title": {"text": "what a run meets: "}},
+        height=260 + ROW_PX * len(lines), width=max(1100, 420 + COLUMN_PX * len(releases)),
+        margin={"l": 40, "t": 70, "b": 160},
+    )
+    return fig
