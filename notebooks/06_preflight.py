@@ -131,9 +131,9 @@ worked
 #
 # Expected numbers are worked by hand: the Ascend verify reads `s + D` with D = 4 (topk 1: steps + 1),
 # so the 256-page table before the first fix (`cdiv(32768, 128)`) first fails at
-# 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages) and a run reaches 32768 - 1 + 2 = 32769;
-# after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 = 32893, a margin
-# of 124. The GLM verify at 90001 before the second fix (ctx + D = 90006 against 90007); the 46074
+# 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages), below the scheduler's cap ctx - 1, so a
+# run reaches it; after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 =
+# 32893, past the reach (the scheduler's, `workbench.analysis.reach`; margin first - reach - 1). The GLM verify at 90001 before the second fix (ctx + D = 90006 against 90007); the 46074
 # report's expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's
 # 5470), gone on 0.33.0.
 
@@ -143,7 +143,7 @@ verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
 assert qwq_before.status == 1 and verify.first_failing == 32765 and verify.outcome == "shape-error"
 assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
-assert qwq_after.status == 0 and after_verify.margin == 124 and after_verify.first_failing == 32893
+assert qwq_after.status == 0 and after_verify.first_failing == 32893 and after_verify.margin == 32893 - after_verify.reach - 1
 
 glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
