@@ -121,7 +121,8 @@ def test_every_flag_of_the_command_is_among_the_settings() -> None:
     assert result.deployment is not None
     for flag in result.deployment.flags:
         assert flag.dest in result.deployment.settings, flag
-    assert result.deployment.settings["mem_fraction_static"].modelled is False
+    assert result.deployment.settings["trust_remote_code"].modelled is False  # changes no buffer
+    assert result.deployment.settings["mem_fraction_static"].modelled is True  # sizes the KV pool estimate
     assert result.deployment.settings["speculative_num_steps"].modelled is True
 
 
