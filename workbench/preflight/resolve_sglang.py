@@ -125,7 +125,7 @@ def _overlap(s: Settings) -> tuple[bool | None, str]:
     if disabled is None:
         return None, ""
     s.take("disable_overlap_schedule")
-    return not bool(disabled.value), f"disable_overlap_schedule {disabled.value}: {disabled.source}"
+    return not bool(disabled.value), disabled.source  # the flag as given, or the engine function that set it
 
 
 def _pool(s: Settings, context: ResolveContext, model: ModelFacts) -> kv_pool.Pool:
