@@ -552,31 +552,40 @@ _KEY = re.compile(r"^(-{1,2})([^=.]*)")
 
 
 def _flag_uses(argv: Sequence[str], taken: _Taken, namespace: argparse.Namespace) -> list[FlagUse]:
-    """Every option the parser took, with the spelling the command used for it (underscores,
-    dotted keys and abbreviations are matched to the option they became)."""
+    """Every option the parser took, with the spelling the command used for it (underscores and
+    abbreviations are matched to the option they became; the dotted keys the parser merges into
+    one JSON value each keep their own entry)."""
     spelled = [t.split("=", 1)[0] for t in argv if t.startswith("-") and t != "-"]
     uses: list[FlagUse] = []
     values = vars(namespace)
     for option, dest, _ in taken.calls:
+        value = jsonable(values.get(dest))
         if option is None:  # a positional: the model tag
             token = next((t for t in argv if not t.startswith("-")), "")
             if dest == "model_tag" and token:
-                uses.append(FlagUse(token, "", dest, jsonable(values.get(dest))))
+                uses.append(FlagUse(token, "", dest, value))
             continue
-        written = _spelling(option, spelled)
-        uses.append(FlagUse(written, option, dest, jsonable(values.get(dest))))
+        dotted = [t for t in spelled if "." in t and _key(t.split(".", 1)[0]) == option]
+        if dotted:
+            for token in dotted:
+                spelled.remove(token)
+                uses.append(FlagUse(token, option, dest, value))
+            continue
+        uses.append(FlagUse(_spelling(option, spelled), option, dest, value))
     return uses
 
 
-def _spelling(option: str, spelled: list[str]) -> str:
-    """The command's token that became ``option`` (``--max_model_len`` for ``--max-model-len``,
-    ``--speculative-config.method`` for ``--speculative-config``), first unused one wins."""
-    def key(token: str) -> str:
-        match = _KEY.match(token)
-        return (match.group(1) + match.group(2).replace("_", "-")) if match else token
+def _key(token: str) -> str:
+    """The option a token names once underscores become dashes (the parser's own rewrite)."""
+    match = _KEY.match(token)
+    return (match.group(1) + match.group(2).replace("_", "-")) if match else token
 
+
+def _spelling(option: str, spelled: list[str]) -> str:
+    """The command's token that became ``option`` (``--max_model_len`` for ``--max-model-len``, an
+    abbreviation for its option), the first unused one."""
     for index, token in enumerate(spelled):
-        if key(token) == option or (len(key(token)) > 2 and option.startswith(key(token))):
+        if _key(token) == option or (len(_key(token)) > 2 and option.startswith(_key(token))):
             return spelled.pop(index)
     return option
 
