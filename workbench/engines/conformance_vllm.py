@@ -48,7 +48,12 @@ def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, A
     without it (early releases import parts of triton that its current release no longer has)."""
     base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
     triton = wheels.triton_dir()
-    return [{**base, "extra_paths": [str(triton)]}, base] if triton else [base]
+    if triton is None:
+        return [base]
+    with_triton = {**base, "extra_paths": [str(triton)]}
+    # Releases with a triton cache manager import names current triton dropped: try them without first.
+    early = (install.package_dir / "triton_utils" / "custom_cache_manager.py").exists()
+    return [base, with_triton] if early else [with_triton, base]
 
 
 def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:

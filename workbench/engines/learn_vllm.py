@@ -322,3 +322,45 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
     for name, content in (("buffers", buffers), ("parser", parser), ("launch", launch), ("conformance", conformance)):
         path = learned.write_section(engine, name, content, root=root, wheel=wheel)
     return path
+
+
+# ---- the README's table ------------------------------------------------------------------------------
+
+
+def _shown(fact: Mapping[str, Any] | None) -> str:
+    if not isinstance(fact, Mapping):
+        return "-"
+    if fact.get("how") == "absent":
+        return "absent"
+    value = fact.get("value")
+    if isinstance(value, dict):
+        value = ", ".join(f"{k} {v}" for k, v in value.items())
+    if value is None:
+        return f"no rule: {str(fact.get('finding') or fact.get('reason'))[:60]}"
+    return f"{value} ({'measured' if fact.get('how') == 'measured' else 'read'})"
+
+
+def table(engines: list[str]) -> str:
+    """Markdown: per learned vLLM release, what loaded from it, the buffers found and how each was
+    obtained, and its conformance (states agreeing of states run)."""
+    lines = ["| release | parser (options) | resolution | block table | indexer buffer | indexer fill at 46074 | "
+             "V0 graph width | V0 row write | conformance |", "|---|---|---|---|---|---|---|---|---|"]
+    for engine in engines:
+        data = learned.load(engine)
+        if data is None:
+            lines.append(f"| {engine} | not learned | | | | | | | |")
+            continue
+        sections = data["sections"]
+        parser = sections.get("parser", {}).get("options", {})
+        shown_parser = str(parser.get("value")) if parser.get("value") is not None else f"not loaded: {parser.get('finding')}"
+        resolution = sections.get("launch", {}).get("resolution", {}).get("value")
+        backends = sections.get("buffers", {}).get("backends", {})
+        indexer, graphs = backends.get(INDEXER, {}), backends.get(V0, {})
+        rows = sections.get("conformance", {}).get("functions", [])
+        ran = [r for r in rows if r.get("skipped") is None]
+        conformance = (f"{sum(r['agree'] for r in ran)} / {sum(r['states'] for r in ran)} ({len(ran)} functions)"
+                       if ran else "-")
+        lines.append(" | ".join([f"| {engine}", shown_parser, str(resolution or "-")[:40], _shown(indexer.get("table_alignment")),
+                                 _shown(indexer.get("buffer_alignment")), _shown(indexer.get("fill")),
+                                 _shown(graphs.get("graph_width")), _shown(graphs.get("row_write")), conformance]) + " |")
+    return "\n".join(lines)
