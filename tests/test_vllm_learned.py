@@ -178,3 +178,26 @@ def test_a_command_the_release_refuses_gets_its_own_message() -> None:
     refused = _resolve("vllm==0.33.0", ["deepseek-ai/DeepSeek-V3.2-Exp", "--no-such-flag", "1"])
     assert (refused.status, refused.rejected_by) == ("rejected", "parser")
     assert refused.message == "unrecognized arguments: --no-such-flag 1"
+
+
+ASCEND = sorted(learned.SHIPPED.joinpath("vllm-ascend").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", ASCEND, ids=[p.stem for p in ASCEND])
+def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Path) -> None:
+    """The drafter fact is read (the drafter runs on an NPU only), with the file it was read in;
+    a ``reset`` names the line, and that line of the cached release is the reset itself."""
+    from workbench.backends import vllm_ascend_block_table as ascend
+    from workbench.engines import wheels
+
+    data = _file(path)
+    assert learned.validate(data) == []
+    fact = data["sections"]["buffers"]["backends"][ascend.NAME]["drafter"]
+    assert fact["how"] in ("read", "absent") and fact["value"] in (*ascend.DRAFTERS, None)
+    if fact["value"] is not None:
+        assert ascend.drafters()[data["engine"]] == fact["value"]
+    installed = wheels.cached(data["engine"])
+    if fact["value"] == "reset" and installed is not None:
+        file, line = fact["source"].rsplit(":", 1)
+        text = (installed.src / file).read_text().splitlines()[int(line) - 1]
+        assert ".masked_fill_(" in text and text.rstrip().endswith(", 1)")

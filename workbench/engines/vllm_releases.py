@@ -26,11 +26,11 @@ Facts = dict[str, dict[str, Any]]  # field -> fact
 
 
 @functools.lru_cache(maxsize=8)
-def learned_facts(component: str) -> dict[str, Facts]:
-    """``{engine: {field: fact}}`` of every learned vLLM release whose buffers section has
-    ``component``, oldest release first."""
+def learned_facts(component: str, name: str = "vllm") -> dict[str, Facts]:
+    """``{engine: {field: fact}}`` of every learned release of engine ``name`` whose buffers
+    section has ``component``, oldest release first."""
     found: dict[str, Facts] = {}
-    for engine in sorted(learned.learned_releases("vllm"), key=lambda e: version_key(split(e)[1])):
+    for engine in sorted(learned.learned_releases(name), key=lambda e: version_key(split(e)[1])):
         section = learned.section(engine, "buffers") or {}
         facts = section.get("backends", {}).get(component)
         if isinstance(facts, dict):
