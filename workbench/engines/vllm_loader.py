@@ -18,6 +18,7 @@ this process so that the release's own files run:
   ``platform_standins`` (``torch.cuda``); vLLM's own detection then picks its CUDA platform;
 * the compiled kernels: an op of a kernel library's namespace (``torch.ops._C.*``) that is not
   registered is a stand-in, and registering a fake (meta) implementation for it is skipped;
+* the host is a GPU node: its memory is ``HOST_MEMORY`` (the workbench's assumption);
 * a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
   value from one raises);
 * the model registry inspects a model class in this process (vLLM runs that in a subprocess
@@ -44,6 +45,9 @@ from workbench.engines.launch_adapters import Gpu
 # Never stood in: imports whose success tells vLLM that a hardware platform or an out-of-tree
 # plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), NVML (answered as the
 # GPU), and triton (torch and vLLM take their paths without it when it is absent).
+# Names of accelerator stacks (an import of one succeeds only on that hardware): never stood in either.
+HARDWARE_WORDS = ("neuron", "tpu", "habana", "gaudi", "xla", "npu", "hpu", "spyre", "rbln", "mlu", "musa", "ipex", "rocm",
+                  "amd", "hip")
 NEVER_STOOD_IN = frozenset({
     "libtpu", "tpu_inference", "tpu_commons", "torch_xla", "amdsmi", "torch_npu", "vllm_ascend", "vllm_omni",
     "intel_extension_for_pytorch", "habana_frameworks", "neuronxcc", "torch_neuronx", "transformers_neuronx",
@@ -51,7 +55,9 @@ NEVER_STOOD_IN = frozenset({
 })
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
-LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set()}
+LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set(),
+                            "inspection": set()}
+HOST_MEMORY = 2 << 40  # the workbench's assumption: an 8-GPU node's host memory (a DGX H100 has 2 TB)
 FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
 
 
@@ -106,7 +112,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if not self.last:
             return importlib.machinery.ModuleSpec(name, self) if name in NVML_MODULES else None
         top = name.split(".")[0]
-        if top in sys.stdlib_module_names or top in NEVER_STOOD_IN or not self._engine_imports():
+        if (top in sys.stdlib_module_names or top in NEVER_STOOD_IN or any(w in top.lower() for w in HARDWARE_WORDS)
+                or not self._engine_imports()):
             return None
         LOG["modules"].add(top)
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
@@ -207,6 +214,20 @@ def _gpu_tensors_on_meta() -> None:
         setattr(torch, name, on_meta(name, getattr(torch, name)))
 
 
+def _host_memory() -> None:
+    """The host is a GPU node, not this machine: ``psutil.virtual_memory().total`` (vLLM checks
+    its swap space and offload sizes against it) answers ``HOST_MEMORY``."""
+    import psutil  # type: ignore[import-untyped]
+
+    real = psutil.virtual_memory
+
+    def node_memory(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        return found._replace(total=HOST_MEMORY, available=HOST_MEMORY)
+
+    psutil.virtual_memory = node_memory
+
+
 def _environment(cache: Path) -> None:
     """Offline, quiet, and vLLM's own cache (model-class facts it saves) under the workbench's."""
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -256,6 +277,7 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     sys.meta_path.append(_Finder(package_dir, gpu, last=True))
     _kernel_ops()
     _gpu_tensors_on_meta()
+    _host_memory()
     return tools
 
 
@@ -268,7 +290,14 @@ def model_inspection_in_process() -> bool:
         return False
     if not hasattr(registry, "_run_in_subprocess"):
         return False
-    setattr(registry, "_run_in_subprocess", lambda function: function())  # noqa: B010
+    def in_process(function: Any) -> Any:
+        try:
+            return function()
+        except Exception as error:  # noqa: BLE001 - the registry logs it and says "failed to be inspected"
+            LOG["inspection"] = {f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+            raise
+
+    setattr(registry, "_run_in_subprocess", in_process)  # noqa: B010
     return True
 
 

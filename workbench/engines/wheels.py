@@ -55,7 +55,7 @@ PINNED_FROM_WHEEL = ("transformers", "tokenizers")
 
 
 LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
-SLIM_LAYOUT = "workbench-engine-cache slim 1"
+SLIM_LAYOUT = "workbench-engine-cache slim 2"
 
 Progress = Callable[[str], None]
 
@@ -70,6 +70,10 @@ class SlimFamily:
 
     deps: tuple[str, ...]
     keep_suffixes: tuple[str, ...] = (".py", ".pyi", ".json", ".jinja", ".yaml", ".yml", ".txt", ".typed")
+    # Dependencies a release's METADATA leaves open above, kept below their newest major version
+    # when the release was built before that major version's first release (a release installed
+    # then never saw it): its transformers of the day, not one that renamed what it registers.
+    of_their_day: tuple[str, ...] = ()
 
 
 # vLLM's argument parser and configuration classes: pydantic dataclasses, regex patterns,
@@ -77,7 +81,7 @@ class SlimFamily:
 # with them). The rest of what its modules import (fastapi, openai, ...) gets a stand-in.
 SLIM_FAMILIES = {
     "vllm": SlimFamily(deps=("pydantic", "regex", "msgspec", "cachetools", "transformers", "huggingface_hub",
-                             "tokenizers")),
+                             "tokenizers"), of_their_day=("transformers",)),
     "vllm-ascend": SlimFamily(deps=()),  # runs over a vLLM release's install (its own deps)
 }
 
@@ -244,12 +248,14 @@ def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineIn
     if got.returncode != 0 or not wheels:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
     wheel = wheels[0]
-    record = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size}
+    record: dict[str, object] = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size,
+                                 "built": _built(wheel)}
     kept, total, kept_bytes = _unpack_slim(wheel, src, family.keep_suffixes)
     progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
              f"package data; compiled kernels left out), wheel deleted")
     shutil.rmtree(wheel_dir)
-    (folder / "deps").symlink_to(_family_deps(engine, src, family, progress), target_is_directory=True)
+    deps = _family_deps(engine, src, family, str(record["built"]), progress)
+    (folder / "deps").symlink_to(deps, target_is_directory=True)
     (folder / "ready").write_text(f"{SLIM_LAYOUT}\n{json.dumps(record, sort_keys=True)}\n")
     found = cached(engine)
     assert found is not None
@@ -267,12 +273,64 @@ def _unpack_slim(wheel: Path, src: Path, suffixes: tuple[str, ...]) -> tuple[int
     return len(keep), len(members), sum(m.file_size for m in keep)
 
 
-def _family_deps(engine: str, src: Path, family: SlimFamily, progress: Progress) -> Path:
+def _built(wheel: Path) -> str:
+    """The day a wheel was built: the newest time stamp of its members (``YYYY-MM-DD``)."""
+    with zipfile.ZipFile(wheel) as whl:
+        year, month, day = max(m.date_time for m in whl.infolist())[:3]
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def _major_release_day(package: str) -> tuple[int, str] | None:
+    """(newest major version of ``package``, the day its ``X.0.0`` wheel was built), asked of the
+    package index once (``pip index versions``, ``pip download --no-deps`` of that one wheel) and
+    kept in ``shared/release-days.json``."""
+    import tempfile
+
+    days_file = cache_root() / "shared" / "release-days.json"
+    days: dict[str, list[object]] = json.loads(days_file.read_text()) if days_file.exists() else {}
+    if package in days:
+        major, day = days[package]
+        return int(str(major)), str(day)
+    got = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions", package],
+                         capture_output=True, text=True, timeout=300)
+    line = next((x for x in got.stdout.splitlines() if x.startswith("Available versions:")), None)
+    if got.returncode != 0 or line is None:
+        return None
+    major = int(line.split(":", 1)[1].split(",")[0].strip().split(".")[0])
+    with tempfile.TemporaryDirectory() as folder:
+        got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", folder, f"{package}=={major}.0.0")
+        found = sorted(Path(folder).glob("*.whl"))
+        if got.returncode != 0 or not found:
+            return None
+        day = _built(found[0])
+    days[package] = [major, day]
+    days_file.parent.mkdir(parents=True, exist_ok=True)
+    days_file.write_text(json.dumps(days, indent=1, sort_keys=True) + "\n")
+    return major, day
+
+
+def _of_their_day(wanted: list[str], family: SlimFamily, built: str, progress: Progress) -> list[str]:
+    """``wanted`` with each of ``family.of_their_day`` capped below its newest major version when
+    the engine's wheel was built before that version's first release."""
+    out = []
+    for requirement in wanted:
+        name = requirement.split("<")[0].split(">")[0].split("=")[0].split("!")[0].split("~")[0]
+        found = _major_release_day(name) if name in family.of_their_day else None
+        if found is not None and built < found[1]:
+            major, day = found
+            progress(f"  {name}<{major}: the wheel was built on {built}, before {name} {major}.0.0 ({day})")
+            requirement = f"{requirement}{',' if requirement != name else ''}<{major}"
+        out.append(requirement)
+    return out
+
+
+def _family_deps(engine: str, src: Path, family: SlimFamily, built: str, progress: Progress) -> Path:
     """The shared folder of the small dependencies ``engine`` resolves to, installed when absent.
 
-    The wheel's own specifiers are resolved (``pip install --dry-run --report``) and the folder is
-    named by the resolved versions, so releases that resolve alike share one folder."""
-    wanted = _specifiers(src, family.deps)
+    The wheel's own specifiers are resolved (``pip install --dry-run --report``; those of
+    ``family.of_their_day`` kept to the versions of the wheel's day) and the folder is named by the
+    resolved versions, so releases that resolve alike share one folder."""
+    wanted = _of_their_day(_specifiers(src, family.deps), family, built, progress)
     if not wanted:  # nothing to install (vllm-ascend loads over a vLLM install)
         empty = cache_root() / "shared" / "deps-none"
         empty.mkdir(parents=True, exist_ok=True)

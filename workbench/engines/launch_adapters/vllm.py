@@ -118,9 +118,11 @@ def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 
 
 @contextlib.contextmanager
-def _watched_parse(taken: _Taken, seen: dict[str, Any]) -> Iterator[None]:
+def _watched_parse(taken: _Taken, seen: dict[str, Any], stop_at_parse: bool = False) -> Iterator[None]:
     """While open, the top-level ``parse_args`` of any parser records the actions it takes, keeps
-    the parser (``seen["parser"]``) and replaces the dispatch with ``_Dispatched``."""
+    the parser (``seen["parser"]``) and replaces the dispatch with ``_Dispatched``; with
+    ``stop_at_parse`` (a module whose ``__main__`` starts the server right after parsing) it
+    raises ``_Dispatched`` as soon as the parse returns."""
     original = argparse.ArgumentParser.parse_args
 
     def parse_args(parser: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
@@ -138,6 +140,8 @@ def _watched_parse(taken: _Taken, seen: dict[str, Any]) -> Iterator[None]:
                 raise _Dispatched(namespace)
             result.dispatch_function = dispatch
         seen["namespace"] = result
+        if stop_at_parse:
+            raise _Dispatched(result)
         return result
 
     argparse.ArgumentParser.parse_args = parse_args  # type: ignore[method-assign,assignment]
@@ -285,23 +289,38 @@ class VLLMAdapter(LaunchAdapter):
         return namespace, parser, refused
 
     def _api_server_parse(self, argv: list[str], taken: _Taken) -> tuple[argparse.Namespace, argparse.ArgumentParser, str | None]:
-        """``python -m vllm.entrypoints.openai.api_server``: that module's parser and validation."""
-        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
-        parser_class = _flexible_parser_class()
-        parser = cli_args.make_arg_parser(parser_class(description="vLLM OpenAI-Compatible RESTful API server."))
-        for action in parser._actions:
-            _recording(action, taken)
-        _CURRENT[0] = taken
+        """``python -m vllm.entrypoints.openai.api_server``: that module run as ``__main__`` (its own
+        parser, whatever the release builds there) up to its parse, then the release's
+        ``validate_parsed_serve_args`` where it has one (the module's next step)."""
+        import runpy
+
+        seen: dict[str, Any] = {}
+        saved = sys.argv
+        sys.argv = ["api_server.py", *argv]
         stderr = io.StringIO()
         try:
-            with contextlib.redirect_stderr(stderr):
-                namespace = parser.parse_args(argv)
+            with _watched_parse(taken, seen, stop_at_parse=True), contextlib.redirect_stderr(stderr), \
+                    contextlib.redirect_stdout(io.StringIO()), warnings_off():
+                runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=False)
+        except _Dispatched as done:
+            namespace = done.namespace
         except SystemExit as stop:
-            return argparse.Namespace(), parser, _parser_message(stderr.getvalue(), stop)
-        validate = getattr(cli_args, "validate_parsed_serve_args", None)
-        if validate is not None:
-            validate(namespace)
-        return namespace, parser, None
+            if "parser" in seen:
+                return argparse.Namespace(), seen["parser"], _parser_message(stderr.getvalue(), stop)
+            raise
+        finally:
+            sys.argv = saved
+        if "parser" not in seen:
+            raise RuntimeError("python -m vllm.entrypoints.openai.api_server ended without parsing its arguments")
+        for module in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args"):
+            try:
+                validate = getattr(importlib.import_module(module), "validate_parsed_serve_args", None)
+            except ModuleNotFoundError:
+                continue
+            if validate is not None:
+                validate(namespace)
+                break
+        return namespace, seen["parser"], None
 
     def _create_config(self, request: LaunchRequest, flags: list[FlagUse], namespace: argparse.Namespace, model: Located,
                        times: dict[str, float]) -> Resolution:
@@ -352,6 +371,13 @@ class VLLMAdapter(LaunchAdapter):
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
         cause = _validation_cause(error)
         where = _function_of(cause, self.package_dir)
+        from workbench.engines import vllm_loader
+
+        inspected = vllm_loader.LOG["inspection"]
+        if inspected and "failed to be inspected" in str(cause):  # the model class did not import here
+            return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s model registry could not import the model "
+                                                          f"class on a CPU: {sorted(inspected)[0]}", flags=tuple(flags),
+                              seconds=times)
         if is_refusal(cause, self.package_dir):
             return Resolution(request.engine, REJECTED, str(cause).strip() or type(cause).__name__, where,
                               flags=tuple(flags), seconds=times)
@@ -376,23 +402,21 @@ def _console_main(package_dir: Path) -> tuple[Callable[[], Any], str]:
     raise LookupError("the wheel declares no 'vllm' console script (entry_points.txt)")
 
 
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _serve_subparser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:
             found: argparse.ArgumentParser = action.choices["serve"]
             return found
     return parser
-
-
-def _flexible_parser_class() -> type:
-    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
-        try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
-        except ImportError:
-            continue
-        if found is not None:
-            return type(found)  if not isinstance(found, type) else found
-    raise LookupError("no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
 
 
 def _config_classes() -> list[type]:
