@@ -178,7 +178,15 @@ class VLLMAdapter(LaunchAdapter):
         return vllm_loader.install(package_dir, deps, gpu, extra_paths)
 
     def warm_argv(self, model_dir: str) -> tuple[str, ...]:
-        return (model_dir,)
+        return (model_dir, "--max-model-len", "4096")
+
+    def warm_model(self) -> dict[str, Any] | None:
+        """A small FP8 DeepSeek-V3.2 shape: resolving it imports the quantization methods, the MLA
+        and DSA model modules and their attention backends, the slow part of a DSA command."""
+        from workbench.engines.learn_vllm_worker import REFERENCE_DSA
+
+        return {**REFERENCE_DSA, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                                         "quant_method": "fp8", "weight_block_size": [128, 128]}}
 
     def load(self, gpu: Gpu) -> LoadReport:
         start = time.perf_counter()
