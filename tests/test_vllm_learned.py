@@ -201,3 +201,24 @@ def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Pa
         file, line = fact["source"].rsplit(":", 1)
         text = (installed.src / file).read_text().splitlines()[int(line) - 1]
         assert ".masked_fill_(" in text and text.rstrip().endswith(", 1)")
+
+
+def test_the_atlas_has_a_row_per_learned_release_where_the_data_say() -> None:
+    """5563's deployment under every V0 release (flash-attn): reachable exactly where the release's
+    builder assigns the whole list; 46074's under every indexer release: reachable exactly where its
+    table and buffer widths differ there (the measured rules, restated)."""
+    from workbench.analysis.atlas import case_backend_rows
+
+    rows = case_backend_rows()
+    v0_rows = rows[(rows.backend == v0.NAME) & (rows.rule == "vllm-5563")].drop_duplicates("engine").set_index("engine")
+    for engine, writes in v0.row_writes().items():
+        if "flash-attn" in writes:
+            expected = "reachable" if writes["flash-attn"] == "assign" else "safe"
+            assert v0_rows.loc[engine].status == expected, engine
+    indexer_rows = rows[(rows.backend == ib.NAME) & (rows.rule == "vllm-46074") & (rows.reachable_len == 350000)]
+    by_engine = indexer_rows.drop_duplicates("engine").set_index("engine")
+    state = {"max_model_len": 350000, "block_size": 64, "dcp": 1}
+    for engine, version in ib.versions().items():
+        table = _restated(version.table_alignment, state)
+        buffer = table if version.buffer_alignment == "table" else _restated(version.buffer_alignment, state)
+        assert by_engine.loc[engine].status == ("reachable" if table != buffer else "safe"), engine
