@@ -286,3 +286,24 @@ def run(session: Session, buffers: dict[str, Any], states: int, *, seed: int = 0
         say(f"conformance {row['function']}: {row['agree']} of {row['states']} agree"
             + (f" (skipped: {row['skipped']})" if row["skipped"] else ""))
     return rows
+
+
+def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
+    """Every row of ``engine`` (``workbench conformance --engine vllm==X``), against the release's
+    learned data (``learned.py``: ``workbench engines learn`` writes it); ValueError when the
+    release was never learned, FetchError when it can be neither fetched nor found."""
+    from workbench.engines import learned
+
+    section = learned.section(engine, "buffers")
+    if section is None:
+        raise ValueError(f"engine: {engine!r} was never learned (workbench engines learn {engine})")
+    if "located" not in section:  # vllm-ascend: its drafter runs on an NPU only, so it was read, not run
+        return [{"engine": engine, **_skipped("drafter (spec_decode proposers)", "read from its code: it runs on an NPU only")}]
+    install = wheels.fetch(engine)
+    try:
+        session, _ = open_session(install)
+    except RuntimeError as error:
+        raise ValueError(f"{engine}: {error}") from None
+    with session:
+        rows = run(session, section, states, seed=seed)
+    return [{"engine": engine, **row} for row in rows]
