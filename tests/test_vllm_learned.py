@@ -221,3 +221,21 @@ def test_the_atlas_has_a_row_per_learned_release_where_the_data_say() -> None:
         table = _restated(version.table_alignment, state)
         buffer = table if version.buffer_alignment == "table" else _restated(version.buffer_alignment, state)
         assert by_engine.loc[engine].status == ("reachable" if table != buffer else "safe"), engine
+
+
+@pytest.mark.engine_versions
+def test_learning_a_shipped_release_again_gives_the_same_file(tmp_path: Path) -> None:
+    """``workbench engines learn vllm==0.6.0`` into an empty folder: byte for byte the shipped file
+    (where the release is cached; ``make vllm-releases`` runs it)."""
+    import os
+
+    from workbench.engines import learn_vllm, wheels
+
+    if not os.environ.get("WORKBENCH_ENGINE_VERSIONS"):
+        pytest.skip("slow (a release learned again): WORKBENCH_ENGINE_VERSIONS=1, or make vllm-releases")
+    engine = "vllm==0.6.0"
+    shipped = learned.shipped_path(engine)
+    if not shipped.exists() or wheels.cached(engine) is None:
+        pytest.skip(f"{engine} is not shipped or not cached (workbench engines learn {engine})")
+    made = learn_vllm.learn_release(engine, progress=lambda line: None, root=tmp_path)
+    assert made.read_bytes() == shipped.read_bytes()
