@@ -142,8 +142,14 @@ def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, An
         return {"buffer_alignment": absent, "fill": absent}
     points, error = _measured_points(session, "indexer_width", grid("indexer", 60))
     if error:
+        say(f"indexer buffer: the engine's code did not run: {error}")
         failed = lr.measured_fact(None, found["found"], 0, finding=f"the engine's code did not run: {error}")
         return {"buffer_alignment": failed, "fill": failed}
+    if all(value is None for _, value in points):
+        say("indexer buffer: the builder allocates no expanded_block_table_buffer in this release")
+        absent = lr.absent_fact("the indexer's metadata builder, made as the model runner makes it, allocates no "
+                                "expanded_block_table_buffer", f"{found['found']}.__init__")
+        return {"buffer_alignment": absent, "fill": absent}
     candidates = _alignment_candidates()
     table_rule = table.get("value")
     if table_rule in candidates:  # the buffer is the table's own width (it is given the table's width)

@@ -56,7 +56,7 @@ NEVER_STOOD_IN = frozenset({
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
 LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set(),
-                            "inspection": set()}
+                            "inspection": set(), "ops_answered_false": set()}
 HOST_MEMORY = 2 << 40  # the workbench's assumption: an 8-GPU node's host memory (a DGX H100 has 2 TB)
 FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
 
@@ -156,15 +156,36 @@ def _cuda_counts(gpu: Gpu) -> None:
     torch.cuda._device_count_nvml = lambda: gpu.devices_per_node  # type: ignore[attr-defined]
 
 
+class _KernelOp:
+    """An op of a kernel library that is not loaded. Called while a module of the release runs its
+    import-time code (``CUTLASS_BLOCK_FP8_SUPPORTED = cutlass_scaled_mm_supports_block_fp8(...)``)
+    it answers False, as a build without that kernel would (recorded); called by the release's code
+    once loaded, it raises: nothing computed by a missing kernel can pass for an answer."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        from workbench.engines import standins
+
+        if standins._strict_now():
+            raise standins.StandInCalled(f"{self.name} is a compiled kernel and its library is not loaded here")
+        LOG["ops_answered_false"].add(self.name)
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # an overload (``.default``)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+
 def _kernel_ops() -> None:
     """Ops of the kernel libraries (``torch.ops._C``, ``torch.ops._moe_C`` ...) that are not
-    loaded: looking one up gives a stand-in (recorded), and a fake kernel registered for one is
-    skipped (recorded): module-level code that registers or probes them then runs as it would
+    loaded: looking one up gives a ``_KernelOp`` (recorded), and a fake kernel registered for one
+    is skipped (recorded): module-level code that registers or probes them then runs as it would
     with the library present, and a call that needs one fails."""
     import torch._ops
     import torch.library
-
-    from workbench.engines.standins import stand_in
 
     lookup = torch._ops._OpNamespace.__getattr__
 
@@ -175,7 +196,7 @@ def _kernel_ops() -> None:
             if not namespace.name.startswith("_") or op.startswith("__"):
                 raise
             LOG["ops"].add(f"torch.ops.{namespace.name}.{op}")
-            return stand_in(f"torch.ops.{namespace.name}.{op}")
+            return _KernelOp(f"torch.ops.{namespace.name}.{op}")
 
     torch._ops._OpNamespace.__getattr__ = op_or_stand_in  # type: ignore[method-assign]
     register_fake = torch.library.register_fake
