@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,33 +43,47 @@ WORKER = "workbench.engines.learn_vllm_worker"
 BATCH = 64  # states per task sent to the worker
 
 
+# A triton of the early releases' day (the one torch 2.5 pinned): their modules import parts of
+# triton that its current release no longer has, and parts they define only with a triton present.
+EARLY_TRITON = "3.1.0"
+
+
 def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, Any]]:
-    """The worker's set-ups to try, in order: the release with triton where it is cached (the
-    modules of recent releases build their kernel tables at import, as on a GPU machine), then
-    without it (early releases import parts of triton that its current release no longer has)."""
+    """The worker's set-ups to try, in order: the release with the current triton where it is
+    cached (the modules of recent releases build their kernel tables at import, as on a GPU
+    machine), without triton, and with the triton of the early releases (fetched when the first
+    two fail). Releases that still have a triton cache manager try the last two first."""
     base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
     triton = wheels.triton_dir()
-    if triton is None:
-        return [base]
-    with_triton = {**base, "extra_paths": [str(triton)]}
-    # Releases with a triton cache manager import names current triton dropped: try them without first.
-    early = (install.package_dir / "triton_utils" / "custom_cache_manager.py").exists()
-    return [base, with_triton] if early else [with_triton, base]
+    current = [{**base, "extra_paths": [str(triton)]}] if triton else []
+    early = [{**base, "extra_paths": [EARLY_TRITON]}]  # resolved to its folder when tried (open_session)
+    if (install.package_dir / "triton_utils" / "custom_cache_manager.py").exists():
+        return [base, *early, *current]
+    return [*current, base, *early]
 
 
 def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:
     """A worker holding the release and what it located; RuntimeError when no set-up imports it."""
     errors = []
     for setup in setups(install):
+        if setup["extra_paths"] == [EARLY_TRITON]:
+            try:
+                setup = {**setup, "extra_paths": [str(wheels.fetch_triton_release(EARLY_TRITON))]}
+            except wheels.FetchError as error:
+                errors.append(str(error))
+                continue
         session = Session(WORKER, setup)
         located = session.ask({"name": "locate"})
         if "error" not in located:
-            say("loaded" + (" with triton" if setup["extra_paths"] else " without triton"))
-            located["triton"] = bool(setup["extra_paths"])
+            triton = Path(setup["extra_paths"][0]).parent.name if setup["extra_paths"] else None
+            say(f"loaded with {triton}" if triton else "loaded without triton")
+            located["triton"] = triton is not None
+            if triton and triton != "triton":
+                located["triton_release"] = triton.split("-", 1)[1]
             return session, located
         session.close()
         errors.append(located["error"])
-    raise RuntimeError(f"its modules do not import on a CPU: {errors[-1]}")
+    raise RuntimeError(f"its modules do not import on a CPU: {'; '.join(dict.fromkeys(errors))}")
 
 
 def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:

@@ -35,7 +35,7 @@ from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-buffers 4"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "vllm-buffers 5"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
@@ -271,15 +271,15 @@ def _parser_sections(session: Session, say: Progress) -> tuple[dict[str, Any], d
     return parser, launch
 
 
-# What the reference DSA command leaves to the engine, and where the workbench reads it.
+# What the reference command leaves to the engine (a small Llama: a model every release knows).
 DEFAULTS = ("cache_config.block_size", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
             "model_config.max_model_len", "parallel_config.decode_context_parallel_size")
 
 
 def _reference_defaults(session: Session, say: Progress) -> dict[str, Any]:
-    """``vllm serve <a DSA model> --max-model-len 4096`` on a stand-in H100: its defaults."""
+    """``vllm serve <a small Llama> --max-model-len 4096`` on a stand-in H100: its defaults."""
     argv = ["{model}", "--max-model-len", "4096"]
-    answer = session.ask({"name": "resolve", "argv": argv, "model": "dsa"})
+    answer = session.ask({"name": "resolve", "argv": argv, "model": "llama"})
     function = "EngineArgs.create_engine_config (usage_context OPENAI_API_SERVER, stand-in H100)"
     if answer.get("status") != "resolved":
         say(f"reference command: {answer.get('status')}: {answer.get('message', '')[:120]}")
@@ -288,7 +288,7 @@ def _reference_defaults(session: Session, say: Progress) -> dict[str, Any]:
     defaults = {name: lr.measured_fact(settings[name]["value"], function, 1, written_by=settings[name]["source"])
                 for name in DEFAULTS if name in settings}
     say(f"reference command: resolved, block size {settings.get('cache_config.block_size', {}).get('value')}")
-    return {"reference_command": "vllm serve <reference DSA model> --max-model-len 4096", "defaults": defaults}
+    return {"reference_command": "vllm serve <a two-layer Llama> --max-model-len 4096", "defaults": defaults}
 
 
 def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:

@@ -43,15 +43,16 @@ from typing import Any
 from workbench.engines.launch_adapters import Gpu
 
 # Never stood in: imports whose success tells vLLM that a hardware platform or an out-of-tree
-# plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), NVML (answered as the
-# GPU), and triton (torch and vLLM take their paths without it when it is absent).
+# plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), and NVML (answered as
+# the GPU). Triton is stood in for the release's own imports where it is not on the path (its
+# probes, ``find_spec``, still find nothing, so vLLM takes its paths without it).
 # Names of accelerator stacks (an import of one succeeds only on that hardware): never stood in either.
 HARDWARE_WORDS = ("neuron", "tpu", "habana", "gaudi", "xla", "npu", "hpu", "spyre", "rbln", "mlu", "musa", "ipex", "rocm",
                   "amd", "hip")
 NEVER_STOOD_IN = frozenset({
     "libtpu", "tpu_inference", "tpu_commons", "torch_xla", "amdsmi", "torch_npu", "vllm_ascend", "vllm_omni",
     "intel_extension_for_pytorch", "habana_frameworks", "neuronxcc", "torch_neuronx", "transformers_neuronx",
-    "zentorch", "vllm_spyre", "vllm_gaudi", "pynvml", "triton", "triton_kernels",
+    "zentorch", "vllm_spyre", "vllm_gaudi", "pynvml",
 })
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
@@ -125,6 +126,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
         module = StandInModule(spec.name)
         module.__path__ = []
+        module.__version__ = "0"  # type: ignore[attr-defined]  # a library that is not installed has no release
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:

@@ -446,3 +446,17 @@ def fetch_triton() -> Path:
         raise FetchError(f"cannot fetch triton: {_last_line(got.stderr)}")
     (folder / "ready").write_text("triton\n")
     return folder / "site"
+
+
+def fetch_triton_release(version: str) -> Path:
+    """One triton release (``triton==version``) in a folder of its own, ``triton-<version>/site``:
+    early engine releases import parts of triton that its current release no longer has."""
+    folder = cache_root() / f"triton-{version}"
+    if (folder / "ready").exists():
+        return folder / "site"
+    shutil.rmtree(folder, ignore_errors=True)
+    got = _pip("install", "--no-deps", "--target", str(folder / "site"), f"triton=={version}")
+    if got.returncode != 0:
+        raise FetchError(f"cannot fetch triton=={version}: {_last_line(got.stderr)}")
+    (folder / "ready").write_text(f"triton=={version}\n")
+    return folder / "site"
