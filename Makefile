@@ -3,7 +3,7 @@ PY := .venv/bin/python
 OUT ?= reports
 DEVICE ?= auto
 
-.PHONY: setup report test releases
+.PHONY: setup report test releases vllm-releases
 
 setup:
 	@bash scripts/setup.sh
@@ -22,3 +22,11 @@ releases: setup
 	$(PY) -m workbench conformance --engine sglang --states 200 --summary
 	$(PY) -m workbench conformance --engine sglang==0.5.23 --states 1000 --summary
 	WORKBENCH_ENGINE_VERSIONS=1 $(PY) -m pytest -q -m engine_versions tests/test_learn_sglang.py
+
+# Every vLLM and vllm-ascend release learned from its own code into data/engines (resumable: a
+# release learned from the same wheel by the same learner is skipped), then one learned again from
+# scratch to show the file comes out byte for byte (tests/test_vllm_learned.py, marked).
+vllm-releases: setup
+	$(PY) -m workbench engines learn --all vllm --out data/engines
+	$(PY) -m workbench engines learn --all vllm-ascend --out data/engines
+	WORKBENCH_ENGINE_VERSIONS=1 $(PY) -m pytest -q -m engine_versions tests/test_vllm_learned.py

@@ -133,9 +133,10 @@ worked
 # so the 256-page table before the first fix (`cdiv(32768, 128)`) first fails at
 # 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages), below the scheduler's cap ctx - 1, so a
 # run reaches it; after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 =
-# 32893, past the reach (the scheduler's, `workbench.analysis.reach`; margin first - reach - 1). The GLM verify at 90001 before the second fix (ctx + D = 90006 against 90007); the 46074
-# report's expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's
-# 5470), gone on 0.33.0.
+# 32893, past the reach (the scheduler's, `workbench.analysis.reach`; margin first - reach - 1).
+# The GLM verify at 90001 before the second fix (ctx + D = 90006 against 90007); the 46074 report's
+# expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's 5470), gone
+# on 0.33.0.
 
 # %%
 qwq_before, qwq_after = results["Qwen3-32B EAGLE3 on Ascend", "before"], results["Qwen3-32B EAGLE3 on Ascend", "after"]

@@ -29,10 +29,12 @@ ASCEND = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-
 GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5-FP8 --context-length 90000 --tp-size 8 "
        "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
        "--speculative-num-draft-tokens 6 --cuda-graph-max-bs-decode 16")
-# The 46074 report's command on GLM-5-FP8 (its real config is in the test data; the report's GLM-5.2
-# has the same DSA shape): vLLM refuses 350000 past the config's 202752 unless told it may
+# vLLM 46074's deployment (GLM-5.2 at 350000 tokens, block size 64, MTP with one draft token) on the
+# GLM-5-FP8 config of the test data, whose 202752 positions vLLM extends only when told to (its own
+# VLLM_ALLOW_LONG_MAX_MODEL_LEN, read by the release at start-up).
 VLLM_46074 = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve zai-org/GLM-5-FP8 --max-model-len 350000 --block-size 64 "
               "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
+vllm = pytest.mark.engine  # runs a released vLLM's own parser and create_engine_config (its wheel, fetched once)
 PRE_ASCEND = "sglang==0.5.23+revert-ascend-width"
 ASCEND_ERROR = "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 GLM_ERROR = "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
@@ -228,31 +230,44 @@ def test_disabled_graphs_are_undecided_but_keep_the_allocator_row() -> None:
 # ---- vLLM -----------------------------------------------------------------------------------------
 
 
+@vllm
 @pytest.mark.parametrize("engine, cap_source", [("vllm==0.23.0", "scheduler.py:413-416"),
                                                 ("vllm==0.33.0", "scheduler.py:851-857")])
 def test_the_46074_command_is_parsed_and_resolved(engine: str, cap_source: str) -> None:
     d = resolve(VLLM_46074, engine=engine)
+    assert d is not None
     g = d.geometry
     assert (d.model_path, g.context_len, g.page_size, g.draft_tokens) == ("zai-org/GLM-5-FP8", 350000, 64, 1)
-    assert d.extra["method"] == "mtp" and d.extra["lookahead"] == 1  # k for MTP (engines.md 4)
+    assert d.extra["method"] == "mtp" and d.extra["lookahead"] == 1  # the scheduler's k for MTP
     assert d.extra["dcp_size"] == 1 and d.extra["max_num_batched_tokens"] == 8192  # the server default, >= 70 GiB
     assert d.launch_names == ("dsa-indexer",)
     assert d.reach_rule.cap_offset == 1 and d.reach_rule.overshoot == 0 and d.reach_rule.clamps_reads
     assert d.reach_rule.sources["committed_cap"].endswith(cap_source)
-    # the expand error's numbers (docs/engine-facts.md#vllm-46074): the aligned table and the unaligned buffer
+    assert d.settings["max_model_len"].origin == "given" and d.settings["model_config.max_model_len"].value == 350000
+    # the expand error's numbers: the aligned table and the unaligned buffer
     assert -(-g.context_len // g.page_size) == 5469
 
 
-def test_vllm_mtp_without_a_token_count_is_the_engines_to_decide() -> None:
-    """vLLM 0.23.0 asks for num_speculative_tokens unless the draft's config has n_predict (GLM-5's
-    has not): its own validation refuses the command, with its message."""
-    with pytest.raises(PreflightError, match="num_speculative_tokens must be provided with speculative model"):
-        resolve("vllm serve zai-org/GLM-5-FP8 --speculative-config '{\"method\": \"mtp\"}'", engine="vllm==0.23.0",
-                progress=None)
+@vllm
+def test_vllm_defaults_come_from_the_release() -> None:
+    """The context is the config's max_position_embeddings and the block size FlashMLA sparse's (64,
+    the only one its kernel takes) as the release's attention selector picks it for a DSA model on
+    an H100. MTP without a token count is refused by the release itself: its SpeculativeConfig sets
+    the draft model (and so the MTP layers' count) only when num_speculative_tokens is given."""
+    config = json.loads(next(HF_CACHE.glob("models--deepseek-ai--DeepSeek-V3.2/snapshots/*/config.json")).read_text())
+    spec = "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'"
+    d = resolve(f"vllm serve deepseek-ai/DeepSeek-V3.2 {spec}", engine="vllm==0.23.0")
+    assert d is not None
+    assert (d.geometry.draft_tokens, d.geometry.context_len) == (2, config["max_position_embeddings"])
+    assert d.geometry.page_size == 64 and "FlashMLASparse" in d.settings["cache_config.block_size"].source
+    with pytest.raises(PreflightError, match=r"refuses the command \(_verify_args .*\): num_speculative_tokens must be "
+                                             "provided with speculative model"):
+        resolve("vllm serve deepseek-ai/DeepSeek-V3.2 --speculative-config '{\"method\": \"mtp\"}'", engine="vllm==0.23.0")
 
 
+@vllm
 def test_the_46074_report_fails_on_0230_and_runs_on_0330() -> None:
-    """The issue's second Done-when: the indexer's expand error, 5469 against 5470 blocks."""
+    """The indexer's expand error, 5469 against 5470 blocks, under 0.23.0; 0.33.0 aligns both."""
     before = check(VLLM_46074, engine="vllm==0.23.0")
     (row,) = [r for r in before.rows if r.backend == "vllm-indexer-block-table"]
     assert before.status == FAILS and row.reachable and row.outcome == "shape-error"
@@ -340,6 +355,7 @@ def test_notebook_06_pair_agrees() -> None:
     assert committed.metadata["workbench"]["test_parameters"] == paired.metadata["workbench"]["test_parameters"]
 
 
+@vllm
 def test_a_vllm_backend_plugs_in_without_edits(monkeypatch: pytest.MonkeyPatch) -> None:
     """A stand-in vLLM backend in the registry and a rule in the version data are all a vLLM row
     needs: the registry query picks it by ``launch_names``, the rule comes from data/engines.json."""
@@ -385,11 +401,14 @@ def test_every_launch_default_names_where_it_was_read() -> None:
     assert set(data.newest.values()) <= set(data.versions)
 
 
+@vllm
 @pytest.mark.parametrize("config, k, lookahead", [
-    ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', 4, 0),  # engines.md 4: 0 for ngram
-    ('{"method": "eagle3", "num_speculative_tokens": 3, "model": "Qwen/Qwen3-8B"}', 3, 3),  # k for EAGLE
+    ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', 4, 0),  # no KV past the request
+    ('{"method": "mtp", "num_speculative_tokens": 3}', 3, 3),  # k for the EAGLE family (MTP is one)
 ])
 def test_vllm_lookahead_by_method(config: str, k: int, lookahead: int) -> None:
+    """The scheduler's lookahead as the release computes it (VllmConfig.num_lookahead_tokens)."""
     d = resolve(f"vllm serve zai-org/GLM-5-FP8 --max-model-len 4096 -sc '{config}'", engine="vllm==0.33.0")
+    assert d is not None
     assert (d.geometry.draft_tokens, d.extra["lookahead"]) == (k, lookahead)
     assert d.geometry.context_len == 4096 and d.modes[0][0].value == "target-verify"

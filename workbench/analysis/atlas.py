@@ -202,7 +202,8 @@ def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset]
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
     """The backends that bring their own case (vLLM's), at their seed deployments: the public
-    crash reports' launch settings, failing and passing, each at its own engine version.
+    crash reports' launch settings, failing and passing, each at its own engine version, and the
+    failing deployment under every release the backend has data for (``release_cases``).
 
     A case whose scan field is a request's length (V0's ``seq_lens``) is searched over every
     length its graph replays: the first failing one is reachable when it lies in that range. A
@@ -212,7 +213,9 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
     rows = []
     for backend in backends.CASE_BACKENDS:
         for seed in backend.seeds:
-            for data in (seed.failing, *seed.passing):
+            cases = (seed.failing, *seed.passing)
+            cases += tuple(c for c in backend.release_cases() if c not in cases)  # every release with data
+            for data in cases:
                 case = backend.parse(data)
                 own = backend.probe(case, device)
                 low, high = backend.scan_range(case)

@@ -107,6 +107,11 @@ class CaseBackend(ABC, Generic[C]):
         backend cannot say (the preflight's row). ``extra``: the launch's engine-specific values."""
         return None
 
+    def release_cases(self) -> tuple[dict[str, object], ...]:
+        """The first seed's failing deployment under every release the backend has data for (the
+        atlas's rows, release by release: where the bug appears and where its fix lands)."""
+        return ()
+
     @property
     def scan_label(self) -> str:
         """The boundary record's key is ``first_failing_<scan_label>``."""

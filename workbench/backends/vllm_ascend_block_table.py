@@ -19,9 +19,11 @@ Worked example: ``max_model_len`` 32768, block size 128: rows of 256 blocks (327
 k = 3 draft tokens, a request entering the drafter at ``seq_len`` 32767 reaches 32769 at draft
 step 2: 257 blocks, one past the row. With the reset it attends 1 token.
 
-Not modelled version by version: the drafter's guards between (#2708 masked by position,
-#9221 skipped the drafter when ``max_seq_len + k`` passed the drafter's length, #10117 dropped
-that skip and masks by ``seq_len``); ``drafter`` names the two behaviours instead.
+Release by release: a case that names ``engine`` (``vllm-ascend==0.23.0``) takes the drafter its
+release has, read from its code by ``workbench engines learn vllm-ascend==X`` (the drafter cannot
+run on a CPU: ``learn_vllm_ascend``); a ``drafter`` the case gives itself wins. Not modelled: the
+guards between (#2708 masked by position, #9221 skipped the drafter when ``max_seq_len + k``
+passed the drafter's length).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from workbench.backends.case_backend import (
     int_list_field,
     reject_unknown,
 )
+from workbench.engines import vllm_releases
 from workbench.model.geometry import cdiv
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
@@ -79,6 +82,20 @@ class AscendDraftCase(BackendCase):
         return RESET_SEQ_LEN if self.drafter == "reset" and advanced > self.max_model_len else advanced
 
 
+def drafters() -> dict[str, str]:
+    """The drafter of every learned vllm-ascend release (``reset`` or ``no-reset``), by release."""
+    found = vllm_releases.learned_facts(NAME, "vllm-ascend")
+    return {engine: str(facts["drafter"]["value"]) for engine, facts in found.items()
+            if facts.get("drafter", {}).get("value") in DRAFTERS}
+
+
+def _release_drafter(data: Mapping[str, object]) -> str:
+    """The drafter of the case's ``engine`` (the default ``reset`` without one)."""
+    if "engine" not in data:
+        return "reset"
+    return drafters()[choice_field(data, "engine", tuple(drafters()))]
+
+
 SEED_9098 = CaseSeed(
     name="vllm-ascend-9098",
     story="a draft step advances seq_len past max_model_len: the kernel reads one block past the row",
@@ -96,12 +113,17 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
     device_family = "ascend-npu"
     buffer_name = "block_table"
     fields = frozenset({"component", "max_model_len", "block_size", "dcp", "num_speculative_tokens", "draft_step",
-                        "seq_lens", "drafter"})
+                        "seq_lens", "drafter", "engine"})
     scan_field = "seq_lens"
     atlas_mode = "draft-decode"  # the drafter's step reads one block past the row (9098)
     scan_label = "seq_len"  # the search runs one request
     seeds = (SEED_9098,)
     boundary_rejects = ("seq_lens",)
+
+    def release_cases(self) -> tuple[dict[str, object], ...]:
+        """9098's deployment under each learned vllm-ascend release, its drafter the release's own."""
+        failing = {k: v for k, v in SEED_9098.failing.items() if k != "drafter"}
+        return tuple({**failing, "engine": engine} for engine in drafters())
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> AscendDraftCase:
         reject_unknown(data, self.fields)
@@ -113,7 +135,7 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
             dcp=int_field(data, "dcp", 1), num_speculative_tokens=int_field(data, "num_speculative_tokens", low=2),
             draft_step=int_field(data, "draft_step") if "draft_step" in data else None,
             seq_lens=(1,) if boundary else int_list_field(data, "seq_lens"),  # a boundary sets its own
-            drafter=choice_field(data, "drafter", DRAFTERS, "reset"),
+            drafter=choice_field(data, "drafter", DRAFTERS, _release_drafter(data)),
         )
 
     def case_problem(self, case: AscendDraftCase) -> str | None:

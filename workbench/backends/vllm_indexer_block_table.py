@@ -239,6 +239,9 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
     seeds = (SEED_46074,)
     boundary_rejects = ("table_max_model_len",)
 
+    def release_cases(self) -> tuple[dict[str, object], ...]:
+        return tuple({**SEED_46074.failing, "engine": engine} for engine in versions())
+
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> IndexerCase:
         reject_unknown(data, self.fields)
         choice_field(data, "engine", tuple(versions()))

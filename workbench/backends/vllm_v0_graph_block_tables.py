@@ -1,5 +1,6 @@
-"""vLLM V0: the CUDA graph's ``graph_block_tables`` and the lookahead slots (crash reports
-vLLM 5563 and 8145, fixed by PR 8340 in 0.6.2; docs/engine-facts.md#vllm-v0-graph-block-tables).
+"""vLLM V0: the CUDA graph's ``graph_block_tables`` and the lookahead slots (crash reports vLLM
+5563 and 8145, fixed by PR 8340 in 0.6.2; docs/engine-facts.md#vllm-v0-graph-block-tables; each
+release's fix measured from its own builders).
 
 ``ModelRunner`` keeps one numpy table for every captured graph, ``(max_batchsize_to_capture,
 cdiv(max_seq_len_to_capture, block_size))`` int32 (``worker/model_runner.py`` 873-875, 1013-1015).
@@ -16,10 +17,12 @@ lookahead slots, ``seq_len`` 8186 still replays the graph (8186 <= 8192) and hol
 cdiv(8193, 16) = 513 blocks: ``could not broadcast input array from shape (513,) into shape (512,)``.
 ``seq_len`` 8185 holds cdiv(8192, 16) = 512 and fits.
 
-PR 8340 (0.6.2) writes ``block_table[:max_blocks]`` when the list is longer, in the flash-attn
-(``flash_attn.py`` 512-524) and flashinfer (605-617) builders only; the lookahead blocks it drops
-hold no token this step reads. ``CommonMetadataBuilder`` (``attention/backends/utils.py``
-220-223, used by xformers) kept the plain assignment.
+The fix writes ``block_table[:max_blocks]`` when the list is longer (0.6.2: ``flash_attn.py``
+512-524, ``flashinfer.py`` 605-617); the lookahead blocks it drops hold no token this step reads.
+Which builder does which, release by release, is measured by running each release's own ``build``
+at the 5563 boundary (``workbench engines learn``, field ``row_write``): flash-attn truncates from
+0.6.1, flashinfer from 0.6.1.post1, and ``CommonMetadataBuilder`` (``attention/backends/utils.py``,
+used by xformers) assigns the whole list in every V0 release.
 """
 
 from __future__ import annotations
@@ -154,6 +157,10 @@ class V0GraphBlockTablesBackend(CaseBackend[V0GraphCase]):
                            "block_size": block_size, "lookahead": int(str(extra.get("lookahead", 0))),
                            "attention_backend": str(backend)}, boundary=True)
     boundary_rejects = ("seq_lens",)
+
+    def release_cases(self) -> tuple[dict[str, object], ...]:
+        return tuple({**SEED_5563.failing, "engine": engine, **({} if backend == "flash-attn" else {"attention_backend": backend})}
+                     for engine, writes in row_writes().items() for backend in writes)
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V0GraphCase:
         reject_unknown(data, self.fields)

@@ -131,7 +131,12 @@ def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, trito
     rows: list[Row] = []
     for engine in expand(engines):
         try:
-            found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
+            if engine.startswith(("vllm==", "vllm-ascend==")):  # vLLM's functions run in its learn worker
+                from workbench.engines import conformance_vllm
+
+                found = conformance_vllm.run_version(engine, states=states, seed=seed)
+            else:
+                found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
         except (wheels.FetchError, ValueError) as error:
             print(f"workbench conformance: {error}", file=sys.stderr)
             return 2

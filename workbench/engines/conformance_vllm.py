@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,28 +43,47 @@ WORKER = "workbench.engines.learn_vllm_worker"
 BATCH = 64  # states per task sent to the worker
 
 
+# A triton of the early releases' day (the one torch 2.5 pinned): their modules import parts of
+# triton that its current release no longer has, and parts they define only with a triton present.
+EARLY_TRITON = "3.1.0"
+
+
 def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, Any]]:
-    """The worker's set-ups to try, in order: the release with triton where it is cached (the
-    modules of recent releases build their kernel tables at import, as on a GPU machine), then
-    without it (early releases import parts of triton that its current release no longer has)."""
+    """The worker's set-ups to try, in order: the release with the current triton where it is
+    cached (the modules of recent releases build their kernel tables at import, as on a GPU
+    machine), without triton, and with the triton of the early releases (fetched when the first
+    two fail). Releases that still have a triton cache manager try the last two first."""
     base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
     triton = wheels.triton_dir()
-    return [{**base, "extra_paths": [str(triton)]}, base] if triton else [base]
+    current = [{**base, "extra_paths": [str(triton)]}] if triton else []
+    early = [{**base, "extra_paths": [EARLY_TRITON]}]  # resolved to its folder when tried (open_session)
+    if (install.package_dir / "triton_utils" / "custom_cache_manager.py").exists():
+        return [base, *early, *current]
+    return [*current, base, *early]
 
 
 def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:
     """A worker holding the release and what it located; RuntimeError when no set-up imports it."""
     errors = []
     for setup in setups(install):
+        if setup["extra_paths"] == [EARLY_TRITON]:
+            try:
+                setup = {**setup, "extra_paths": [str(wheels.fetch_triton_release(EARLY_TRITON))]}
+            except wheels.FetchError as error:
+                errors.append(str(error))
+                continue
         session = Session(WORKER, setup)
         located = session.ask({"name": "locate"})
         if "error" not in located:
-            say("loaded" + (" with triton" if setup["extra_paths"] else " without triton"))
-            located["triton"] = bool(setup["extra_paths"])
+            triton = Path(setup["extra_paths"][0]).parent.name if setup["extra_paths"] else None
+            say(f"loaded with {triton}" if triton else "loaded without triton")
+            located["triton"] = triton is not None
+            if triton and triton != "triton":
+                located["triton_release"] = triton.split("-", 1)[1]
             return session, located
         session.close()
         errors.append(located["error"])
-    raise RuntimeError(f"its modules do not import on a CPU: {errors[-1]}")
+    raise RuntimeError(f"its modules do not import on a CPU: {'; '.join(dict.fromkeys(errors))}")
 
 
 def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:
@@ -281,3 +301,24 @@ def run(session: Session, buffers: dict[str, Any], states: int, *, seed: int = 0
         say(f"conformance {row['function']}: {row['agree']} of {row['states']} agree"
             + (f" (skipped: {row['skipped']})" if row["skipped"] else ""))
     return rows
+
+
+def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
+    """Every row of ``engine`` (``workbench conformance --engine vllm==X``), against the release's
+    learned data (``learned.py``: ``workbench engines learn`` writes it); ValueError when the
+    release was never learned, FetchError when it can be neither fetched nor found."""
+    from workbench.engines import learned
+
+    section = learned.section(engine, "buffers")
+    if section is None:
+        raise ValueError(f"engine: {engine!r} was never learned (workbench engines learn {engine})")
+    if "located" not in section:  # vllm-ascend: its drafter runs on an NPU only, so it was read, not run
+        return [{"engine": engine, **_skipped("drafter (spec_decode proposers)", "read from its code: it runs on an NPU only")}]
+    install = wheels.fetch(engine)
+    try:
+        session, _ = open_session(install)
+    except RuntimeError as error:
+        raise ValueError(f"{engine}: {error}") from None
+    with session:
+        rows = run(session, section, states, seed=seed)
+    return [{"engine": engine, **row} for row in rows]

@@ -77,7 +77,7 @@ def _warm_up(engine_adapter: LaunchAdapter, engine: str, gpu_json: dict[str, Any
     """Resolve a small model in a child, then import here every module it imported; the count."""
     folder = Path(tempfile.mkdtemp(prefix="workbench-warm-")) / "warm-llama"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(WARM_MODEL))
+    (folder / "config.json").write_text(json.dumps(engine_adapter.warm_model() or WARM_MODEL))
     read_end, write_end = os.pipe()
     before = set(sys.modules)
     pid = os.fork()

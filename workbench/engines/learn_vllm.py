@@ -35,7 +35,7 @@ from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-buffers 3"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "vllm-buffers 6"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
@@ -142,8 +142,14 @@ def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, An
         return {"buffer_alignment": absent, "fill": absent}
     points, error = _measured_points(session, "indexer_width", grid("indexer", 60))
     if error:
+        say(f"indexer buffer: the engine's code did not run: {error}")
         failed = lr.measured_fact(None, found["found"], 0, finding=f"the engine's code did not run: {error}")
         return {"buffer_alignment": failed, "fill": failed}
+    if all(value is None for _, value in points):
+        say("indexer buffer: the builder allocates no expanded_block_table_buffer in this release")
+        absent = lr.absent_fact("the indexer's metadata builder, made as the model runner makes it, allocates no "
+                                "expanded_block_table_buffer", f"{found['found']}.__init__")
+        return {"buffer_alignment": absent, "fill": absent}
     candidates = _alignment_candidates()
     table_rule = table.get("value")
     if table_rule in candidates:  # the buffer is the table's own width (it is given the table's width)
@@ -265,15 +271,15 @@ def _parser_sections(session: Session, say: Progress) -> tuple[dict[str, Any], d
     return parser, launch
 
 
-# What the reference DSA command leaves to the engine, and where the workbench reads it.
+# What the reference command leaves to the engine (a small Llama: a model every release knows).
 DEFAULTS = ("cache_config.block_size", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
             "model_config.max_model_len", "parallel_config.decode_context_parallel_size")
 
 
 def _reference_defaults(session: Session, say: Progress) -> dict[str, Any]:
-    """``vllm serve <a DSA model> --max-model-len 4096`` on a stand-in H100: its defaults."""
+    """``vllm serve <a small Llama> --max-model-len 4096`` on a stand-in H100: its defaults."""
     argv = ["{model}", "--max-model-len", "4096"]
-    answer = session.ask({"name": "resolve", "argv": argv, "model": "dsa"})
+    answer = session.ask({"name": "resolve", "argv": argv, "model": "llama"})
     function = "EngineArgs.create_engine_config (usage_context OPENAI_API_SERVER, stand-in H100)"
     if answer.get("status") != "resolved":
         say(f"reference command: {answer.get('status')}: {answer.get('message', '')[:120]}")
@@ -282,7 +288,7 @@ def _reference_defaults(session: Session, say: Progress) -> dict[str, Any]:
     defaults = {name: lr.measured_fact(settings[name]["value"], function, 1, written_by=settings[name]["source"])
                 for name in DEFAULTS if name in settings}
     say(f"reference command: resolved, block size {settings.get('cache_config.block_size', {}).get('value')}")
-    return {"reference_command": "vllm serve <reference DSA model> --max-model-len 4096", "defaults": defaults}
+    return {"reference_command": "vllm serve <a two-layer Llama> --max-model-len 4096", "defaults": defaults}
 
 
 def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
@@ -322,3 +328,45 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
     for name, content in (("buffers", buffers), ("parser", parser), ("launch", launch), ("conformance", conformance)):
         path = learned.write_section(engine, name, content, root=root, wheel=wheel)
     return path
+
+
+# ---- the README's table ------------------------------------------------------------------------------
+
+
+def _shown(fact: Mapping[str, Any] | None) -> str:
+    if not isinstance(fact, Mapping):
+        return "-"
+    if fact.get("how") == "absent":
+        return "absent"
+    value = fact.get("value")
+    if isinstance(value, dict):
+        value = ", ".join(f"{k} {v}" for k, v in value.items())
+    if value is None:
+        return f"no rule: {str(fact.get('finding') or fact.get('reason'))[:60]}"
+    return f"{value} ({'measured' if fact.get('how') == 'measured' else 'read'})"
+
+
+def table(engines: list[str]) -> str:
+    """Markdown: per learned vLLM release, what loaded from it, the buffers found and how each was
+    obtained, and its conformance (states agreeing of states run)."""
+    lines = ["| release | parser (options) | resolution | block table | indexer buffer | indexer fill at 46074 | "
+             "V0 graph width | V0 row write | conformance |", "|---|---|---|---|---|---|---|---|---|"]
+    for engine in engines:
+        data = learned.load(engine)
+        if data is None:
+            lines.append(f"| {engine} | not learned | | | | | | | |")
+            continue
+        sections = data["sections"]
+        parser = sections.get("parser", {}).get("options", {})
+        shown_parser = str(parser.get("value")) if parser.get("value") is not None else f"not loaded: {parser.get('finding')}"
+        resolution = sections.get("launch", {}).get("resolution", {}).get("value")
+        backends = sections.get("buffers", {}).get("backends", {})
+        indexer, graphs = backends.get(INDEXER, {}), backends.get(V0, {})
+        rows = sections.get("conformance", {}).get("functions", [])
+        ran = [r for r in rows if r.get("skipped") is None]
+        conformance = (f"{sum(r['agree'] for r in ran)} / {sum(r['states'] for r in ran)} ({len(ran)} functions)"
+                       if ran else "-")
+        lines.append(" | ".join([f"| {engine}", shown_parser, str(resolution or "-")[:40], _shown(indexer.get("table_alignment")),
+                                 _shown(indexer.get("buffer_alignment")), _shown(indexer.get("fill")),
+                                 _shown(graphs.get("graph_width")), _shown(graphs.get("row_write")), conformance]) + " |")
+    return "\n".join(lines)

@@ -41,6 +41,15 @@ REFERENCE_DSA = {
 }
 
 
+# A small Llama: the reference command's model (every release knows the architecture).
+REFERENCE_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 32000,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+}
+REFERENCE_MODELS = {"dsa": REFERENCE_DSA, "llama": REFERENCE_LLAMA}
+
+
 def _one_line(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
     inside = [f for f in frames if "/vllm/" in f.filename]
@@ -109,7 +118,7 @@ class Worker:
         folder = self.folder / f"reference-{kind}"
         if not folder.exists():
             folder.mkdir()
-            (folder / "config.json").write_text(json.dumps(REFERENCE_DSA))
+            (folder / "config.json").write_text(json.dumps(REFERENCE_MODELS[kind]))
         return str(folder)
 
     def locate(self, task: dict[str, Any]) -> dict[str, Any]:

@@ -200,8 +200,10 @@ class IndexerBench:
         with cp_size(dcp, (INDEXER, "vllm.v1.kv_cache_interface", "vllm.v1.worker.utils")), self._current():
             return runner_builder(self.module.DeepseekV32IndexerBackend, spec, self.config, torch.device("cpu"))
 
-    def width(self, max_model_len: int, block_size: int, dcp: int) -> int:
-        return int(self.builder(max_model_len, block_size, dcp).expanded_block_table_buffer.shape[1])
+    def width(self, max_model_len: int, block_size: int, dcp: int) -> int | None:
+        """The buffer's width, or None where the builder allocates no such buffer (early releases)."""
+        buffer = getattr(self.builder(max_model_len, block_size, dcp), "expanded_block_table_buffer", None)
+        return None if buffer is None else int(buffer.shape[1])
 
     def fill(self, max_model_len: int, block_size: int, dcp: int, decode_lens: list[int], table_width: int) -> dict[str, Any]:
         """``_prepare_decode_tensors`` on a decode batch of ``decode_lens`` query rows per request,

@@ -18,6 +18,7 @@ this process so that the release's own files run:
   ``platform_standins`` (``torch.cuda``); vLLM's own detection then picks its CUDA platform;
 * the compiled kernels: an op of a kernel library's namespace (``torch.ops._C.*``) that is not
   registered is a stand-in, and registering a fake (meta) implementation for it is skipped;
+* the host is a GPU node: its memory is ``HOST_MEMORY`` (the workbench's assumption);
 * a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
   value from one raises);
 * the model registry inspects a model class in this process (vLLM runs that in a subprocess
@@ -42,16 +43,22 @@ from typing import Any
 from workbench.engines.launch_adapters import Gpu
 
 # Never stood in: imports whose success tells vLLM that a hardware platform or an out-of-tree
-# plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), NVML (answered as the
-# GPU), and triton (torch and vLLM take their paths without it when it is absent).
+# plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), and NVML (answered as
+# the GPU). Triton is stood in for the release's own imports where it is not on the path (its
+# probes, ``find_spec``, still find nothing, so vLLM takes its paths without it).
+# Names of accelerator stacks (an import of one succeeds only on that hardware): never stood in either.
+HARDWARE_WORDS = ("neuron", "tpu", "habana", "gaudi", "xla", "npu", "hpu", "spyre", "rbln", "mlu", "musa", "ipex", "rocm",
+                  "amd", "hip")
 NEVER_STOOD_IN = frozenset({
     "libtpu", "tpu_inference", "tpu_commons", "torch_xla", "amdsmi", "torch_npu", "vllm_ascend", "vllm_omni",
     "intel_extension_for_pytorch", "habana_frameworks", "neuronxcc", "torch_neuronx", "transformers_neuronx",
-    "zentorch", "vllm_spyre", "vllm_gaudi", "pynvml", "triton", "triton_kernels",
+    "zentorch", "vllm_spyre", "vllm_gaudi", "pynvml",
 })
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
-LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set()}
+LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set(),
+                            "inspection": set(), "ops_answered_false": set()}
+HOST_MEMORY = 2 << 40  # the workbench's assumption: an 8-GPU node's host memory (a DGX H100 has 2 TB)
 FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
 
 
@@ -106,7 +113,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if not self.last:
             return importlib.machinery.ModuleSpec(name, self) if name in NVML_MODULES else None
         top = name.split(".")[0]
-        if top in sys.stdlib_module_names or top in NEVER_STOOD_IN or not self._engine_imports():
+        if (top in sys.stdlib_module_names or top in NEVER_STOOD_IN or any(w in top.lower() for w in HARDWARE_WORDS)
+                or not self._engine_imports()):
             return None
         LOG["modules"].add(top)
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
@@ -118,6 +126,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
         module = StandInModule(spec.name)
         module.__path__ = []
+        module.__version__ = "0"  # type: ignore[attr-defined]  # a library that is not installed has no release
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -149,15 +158,36 @@ def _cuda_counts(gpu: Gpu) -> None:
     torch.cuda._device_count_nvml = lambda: gpu.devices_per_node  # type: ignore[attr-defined]
 
 
+class _KernelOp:
+    """An op of a kernel library that is not loaded. Called while a module of the release runs its
+    import-time code (``CUTLASS_BLOCK_FP8_SUPPORTED = cutlass_scaled_mm_supports_block_fp8(...)``)
+    it answers False, as a build without that kernel would (recorded); called by the release's code
+    once loaded, it raises: nothing computed by a missing kernel can pass for an answer."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        from workbench.engines import standins
+
+        if standins._strict_now():
+            raise standins.StandInCalled(f"{self.name} is a compiled kernel and its library is not loaded here")
+        LOG["ops_answered_false"].add(self.name)
+        return False
+
+    def __getattr__(self, name: str) -> Any:  # an overload (``.default``)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+
 def _kernel_ops() -> None:
     """Ops of the kernel libraries (``torch.ops._C``, ``torch.ops._moe_C`` ...) that are not
-    loaded: looking one up gives a stand-in (recorded), and a fake kernel registered for one is
-    skipped (recorded): module-level code that registers or probes them then runs as it would
+    loaded: looking one up gives a ``_KernelOp`` (recorded), and a fake kernel registered for one
+    is skipped (recorded): module-level code that registers or probes them then runs as it would
     with the library present, and a call that needs one fails."""
     import torch._ops
     import torch.library
-
-    from workbench.engines.standins import stand_in
 
     lookup = torch._ops._OpNamespace.__getattr__
 
@@ -168,7 +198,7 @@ def _kernel_ops() -> None:
             if not namespace.name.startswith("_") or op.startswith("__"):
                 raise
             LOG["ops"].add(f"torch.ops.{namespace.name}.{op}")
-            return stand_in(f"torch.ops.{namespace.name}.{op}")
+            return _KernelOp(f"torch.ops.{namespace.name}.{op}")
 
     torch._ops._OpNamespace.__getattr__ = op_or_stand_in  # type: ignore[method-assign]
     register_fake = torch.library.register_fake
@@ -205,6 +235,20 @@ def _gpu_tensors_on_meta() -> None:
 
     for name in FACTORIES:
         setattr(torch, name, on_meta(name, getattr(torch, name)))
+
+
+def _host_memory() -> None:
+    """The host is a GPU node, not this machine: ``psutil.virtual_memory().total`` (vLLM checks
+    its swap space and offload sizes against it) answers ``HOST_MEMORY``."""
+    import psutil  # type: ignore[import-untyped]
+
+    real = psutil.virtual_memory
+
+    def node_memory(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        return found._replace(total=HOST_MEMORY, available=HOST_MEMORY)
+
+    psutil.virtual_memory = node_memory
 
 
 def _environment(cache: Path) -> None:
@@ -256,6 +300,7 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     sys.meta_path.append(_Finder(package_dir, gpu, last=True))
     _kernel_ops()
     _gpu_tensors_on_meta()
+    _host_memory()
     return tools
 
 
@@ -268,7 +313,14 @@ def model_inspection_in_process() -> bool:
         return False
     if not hasattr(registry, "_run_in_subprocess"):
         return False
-    setattr(registry, "_run_in_subprocess", lambda function: function())  # noqa: B010
+    def in_process(function: Any) -> Any:
+        try:
+            return function()
+        except Exception as error:  # noqa: BLE001 - the registry logs it and says "failed to be inspected"
+            LOG["inspection"] = {f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+            raise
+
+    setattr(registry, "_run_in_subprocess", in_process)  # noqa: B010
     return True
 
 

@@ -15,22 +15,23 @@ measured fact ``{"value": "128-div-block-size", "how": "measured", "function":
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from workbench.engines import learned
 from workbench.engines.releases import split, version_key
-from workbench.engines.versions import load_versions
+from workbench.engines.versions import DEFAULT_VERSIONS
 
 Facts = dict[str, dict[str, Any]]  # field -> fact
 
 
 @functools.lru_cache(maxsize=8)
-def learned_facts(component: str) -> dict[str, Facts]:
-    """``{engine: {field: fact}}`` of every learned vLLM release whose buffers section has
-    ``component``, oldest release first."""
+def learned_facts(component: str, name: str = "vllm") -> dict[str, Facts]:
+    """``{engine: {field: fact}}`` of every learned release of engine ``name`` whose buffers
+    section has ``component``, oldest release first."""
     found: dict[str, Facts] = {}
-    for engine in sorted(learned.learned_releases("vllm"), key=lambda e: version_key(split(e)[1])):
+    for engine in sorted(learned.learned_releases(name), key=lambda e: version_key(split(e)[1])):
         section = learned.section(engine, "buffers") or {}
         facts = section.get("backends", {}).get(component)
         if isinstance(facts, dict):
@@ -38,10 +39,21 @@ def learned_facts(component: str) -> dict[str, Facts]:
     return found
 
 
+@functools.lru_cache(maxsize=8)
+def _hand_read_entries() -> tuple[dict[str, Any], ...]:
+    data = json.loads(DEFAULT_VERSIONS.read_text())
+    return tuple(entry for entry in data.get("versions", []) if str(entry.get("engine", "")).startswith("vllm"))
+
+
 def hand_read(component: str) -> dict[str, dict[str, Any]]:
-    """``{engine: {field: value}}`` of ``data/engines.json``'s entries for ``component``."""
-    return {engine: dict(version.fields[component]) for engine, version in load_versions().items()
-            if component in version.fields}
+    """``{engine: {field: value}}`` of ``data/engines.json``'s entries for ``component`` (read from
+    the file itself: those are the values read by hand)."""
+    found = {}
+    for entry in _hand_read_entries():
+        fields = entry.get("backends", {}).get(component)
+        if isinstance(fields, dict):
+            found[str(entry["engine"])] = {name: fact["value"] for name, fact in fields.items()}
+    return found
 
 
 def values(component: str, fields: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -66,9 +78,9 @@ def source(component: str, engine: str, field: str) -> str:
         if fact.get("how") == "measured":
             return f"measured: {fact.get('function')} on {fact.get('states')} states"
         return f"{fact.get('how')}: {fact.get('source') or fact.get('searched')} ({fact.get('reason')})"
-    versions = load_versions()
-    if engine in versions:
-        return f"read by hand: {versions[engine].sources.get(component, {}).get(field, '')}"
+    for entry in _hand_read_entries():
+        if entry.get("engine") == engine:
+            return f"read by hand: {entry.get('backends', {}).get(component, {}).get(field, {}).get('source', '')}"
     return ""
 
 

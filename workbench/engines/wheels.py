@@ -55,7 +55,7 @@ PINNED_FROM_WHEEL = ("transformers", "tokenizers")
 
 
 LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
-SLIM_LAYOUT = "workbench-engine-cache slim 1"
+SLIM_LAYOUT = "workbench-engine-cache slim 3"
 
 Progress = Callable[[str], None]
 
@@ -244,12 +244,14 @@ def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineIn
     if got.returncode != 0 or not wheels:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
     wheel = wheels[0]
-    record = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size}
+    record: dict[str, object] = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size,
+                                 "built": _built(wheel)}
     kept, total, kept_bytes = _unpack_slim(wheel, src, family.keep_suffixes)
     progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
              f"package data; compiled kernels left out), wheel deleted")
     shutil.rmtree(wheel_dir)
-    (folder / "deps").symlink_to(_family_deps(engine, src, family, progress), target_is_directory=True)
+    deps = _family_deps(engine, src, family, str(record["built"]), progress)
+    (folder / "deps").symlink_to(deps, target_is_directory=True)
     (folder / "ready").write_text(f"{SLIM_LAYOUT}\n{json.dumps(record, sort_keys=True)}\n")
     found = cached(engine)
     assert found is not None
@@ -267,18 +269,45 @@ def _unpack_slim(wheel: Path, src: Path, suffixes: tuple[str, ...]) -> tuple[int
     return len(keep), len(members), sum(m.file_size for m in keep)
 
 
-def _family_deps(engine: str, src: Path, family: SlimFamily, progress: Progress) -> Path:
+def _built(wheel: Path) -> str:
+    """The day a wheel was built: the newest time stamp of its members (``YYYY-MM-DD``)."""
+    with zipfile.ZipFile(wheel) as whl:
+        year, month, day = max(m.date_time for m in whl.infolist())[:3]
+    return f"{year:04d}-{month:02d}-{day:02d}"
+
+
+def _day_pip() -> list[str] | None:
+    """A pip that resolves as of a day (``--uploaded-prior-to``, pip 25.1 and later): this
+    environment's when it is one, else a current pip installed once into ``shared/pip``; None when
+    neither can be had (then the newest versions the specifiers allow are taken)."""
+    own = subprocess.run([sys.executable, "-m", "pip", "install", "--help"], capture_output=True, text=True, timeout=120)
+    if "--uploaded-prior-to" in own.stdout:
+        return [sys.executable, "-m", "pip"]
+    folder = cache_root() / "shared" / "pip"
+    if not (folder / "ready").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        got = _pip("install", "--target", str(folder / "site"), "pip>=25.1")
+        if got.returncode != 0:
+            return None
+        (folder / "ready").write_text("pip\n")
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(folder / 'site')!r}); "
+                                  "from pip._internal.cli.main import main; sys.exit(main())"]
+
+
+def _family_deps(engine: str, src: Path, family: SlimFamily, built: str, progress: Progress) -> Path:
     """The shared folder of the small dependencies ``engine`` resolves to, installed when absent.
 
-    The wheel's own specifiers are resolved (``pip install --dry-run --report``) and the folder is
-    named by the resolved versions, so releases that resolve alike share one folder."""
+    The wheel's own specifiers are resolved as on the day the wheel was built (``pip install
+    --dry-run --report --uploaded-prior-to``: the versions a user installing the release that day
+    got, not later ones that changed what it relies on) and the folder is named by the resolved
+    versions, so releases that resolve alike share one folder."""
     wanted = _specifiers(src, family.deps)
     if not wanted:  # nothing to install (vllm-ascend loads over a vLLM install)
         empty = cache_root() / "shared" / "deps-none"
         empty.mkdir(parents=True, exist_ok=True)
         return empty
-    progress(f"{engine}: resolving its small dependencies ({', '.join(wanted)})")
-    resolved = _resolve(wanted)
+    progress(f"{engine}: resolving its small dependencies as of {built} ({', '.join(wanted)})")
+    resolved = _resolve(wanted, built)
     if resolved is None:
         raise FetchError(f"cannot resolve the small dependencies of {engine} ({', '.join(wanted)})")
     progress(f"{engine}: {len(resolved)} packages (installed once into the cache's shared/ folder, "
@@ -307,11 +336,16 @@ def _specifiers(src: Path, names: tuple[str, ...]) -> list[str]:
     return [f"{name}{spec}" for name, spec in found.items()]
 
 
-def _resolve(requirements: list[str]) -> list[str] | None:
-    """``name==version`` of every package ``requirements`` install, with their dependencies,
-    as pip resolves them on this platform (torch and numpy excluded: the running ones are used)."""
-    got = _pip("install", "--dry-run", "--ignore-installed", "--report", "-", *requirements)
-    if got.returncode != 0:
+def _resolve(requirements: list[str], day: str | None = None) -> list[str] | None:
+    """``name==version`` of every package ``requirements`` install, with their dependencies, as
+    pip resolves them on this platform (uploaded by the end of ``day`` when given and a pip that
+    can tell is at hand); torch and numpy excluded: the running ones are used."""
+    day_pip = _day_pip() if day else None
+    prefix = day_pip or [sys.executable, "-m", "pip"]
+    until = ["--uploaded-prior-to", f"{day}T23:59:59Z"] if day_pip else []
+    got = subprocess.run([*prefix, "--disable-pip-version-check", "-q", "install", "--dry-run", "--ignore-installed",
+                          "--report", "-", *until, *requirements], capture_output=True, text=True, timeout=900)
+    if got.returncode != 0 or "{" not in got.stdout:
         return None
     report = json.loads(got.stdout[got.stdout.index("{"):])
     pins = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report.get("install", [])}
@@ -387,4 +421,18 @@ def fetch_triton() -> Path:
     if got.returncode != 0:
         raise FetchError(f"cannot fetch triton: {_last_line(got.stderr)}")
     (folder / "ready").write_text("triton\n")
+    return folder / "site"
+
+
+def fetch_triton_release(version: str) -> Path:
+    """One triton release (``triton==version``) in a folder of its own, ``triton-<version>/site``:
+    early engine releases import parts of triton that its current release no longer has."""
+    folder = cache_root() / f"triton-{version}"
+    if (folder / "ready").exists():
+        return folder / "site"
+    shutil.rmtree(folder, ignore_errors=True)
+    got = _pip("install", "--no-deps", "--target", str(folder / "site"), f"triton=={version}")
+    if got.returncode != 0:
+        raise FetchError(f"cannot fetch triton=={version}: {_last_line(got.stderr)}")
+    (folder / "ready").write_text(f"triton=={version}\n")
     return folder / "site"

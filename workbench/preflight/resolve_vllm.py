@@ -26,11 +26,15 @@ from workbench.preflight.deployment import Deployment, ResolveContext, Settings,
 
 DSA_INDEXER = "dsa-indexer"  # the sparse indexer's expanded block table, DSA models only
 V0_GRAPHS = "v0-graph-block-tables"  # the V0 model runner's captured block table
-# The engine's settings the deployment is built from; a flag writing one of them is "modelled".
-READS = {
+# The parser destinations whose values the settings below are resolved from: a flag writing one
+# of them is "modelled" (shown as given, beside the value the engine resolved).
+MODELLED_FLAGS = {
     "model", "model_tag", "max_model_len", "block_size", "speculative_config", "num_speculative_tokens",
     "speculative_model", "max_num_seqs", "max_num_batched_tokens", "decode_context_parallel_size",
-    "enforce_eager", "max_seq_len_to_capture", "num_scheduler_steps", "tensor_parallel_size",
+    "enforce_eager", "max_seq_len_to_capture", "num_scheduler_steps",
+}
+# The engine's settings the deployment is built from.
+READS = MODELLED_FLAGS | {
     "model_config.max_model_len", "cache_config.block_size", "speculative_config.method",
     "speculative_config.num_speculative_tokens", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
     "parallel_config.decode_context_parallel_size", "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
@@ -69,6 +73,9 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     eager = bool(_first(s, "model_config.enforce_eager"))
     capture = _first(s, "model_config.max_seq_len_to_capture")
     v0_backend = _first(s, "attention_backend")
+    for flag in resolution.flags:  # what the command gave for them, beside what the engine made of it
+        if flag.dest in MODELLED_FLAGS and flag.dest not in s.items:
+            s.take(flag.dest)
     rule = reach_rule(context.version)
     source = rule.sources.get("overshoot", "")
     if context.overshoot is not None and context.overshoot != rule.overshoot:

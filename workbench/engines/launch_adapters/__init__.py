@@ -234,6 +234,11 @@ class LaunchAdapter(abc.ABC):
         """The arguments of a warm-up command naming the model folder ``model_dir``."""
         return ("--model-path", model_dir)
 
+    def warm_model(self) -> dict[str, Any] | None:
+        """The ``config.json`` of the warm-up model (None: the engine process's small Llama). The
+        modules its resolution imports are imported once, before any request."""
+        return None
+
     @abc.abstractmethod
     def load(self, gpu: Gpu) -> LoadReport:
         """Import the parser and resolution modules once (the engine process, before any request)."""

@@ -118,9 +118,11 @@ def _all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 
 
 @contextlib.contextmanager
-def _watched_parse(taken: _Taken, seen: dict[str, Any]) -> Iterator[None]:
+def _watched_parse(taken: _Taken, seen: dict[str, Any], stop_at_parse: bool = False) -> Iterator[None]:
     """While open, the top-level ``parse_args`` of any parser records the actions it takes, keeps
-    the parser (``seen["parser"]``) and replaces the dispatch with ``_Dispatched``."""
+    the parser (``seen["parser"]``) and replaces the dispatch with ``_Dispatched``; with
+    ``stop_at_parse`` (a module whose ``__main__`` starts the server right after parsing) it
+    raises ``_Dispatched`` as soon as the parse returns."""
     original = argparse.ArgumentParser.parse_args
 
     def parse_args(parser: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
@@ -138,6 +140,8 @@ def _watched_parse(taken: _Taken, seen: dict[str, Any]) -> Iterator[None]:
                 raise _Dispatched(namespace)
             result.dispatch_function = dispatch
         seen["namespace"] = result
+        if stop_at_parse:
+            raise _Dispatched(result)
         return result
 
     argparse.ArgumentParser.parse_args = parse_args  # type: ignore[method-assign,assignment]
@@ -174,7 +178,15 @@ class VLLMAdapter(LaunchAdapter):
         return vllm_loader.install(package_dir, deps, gpu, extra_paths)
 
     def warm_argv(self, model_dir: str) -> tuple[str, ...]:
-        return (model_dir,)
+        return (model_dir, "--max-model-len", "4096")
+
+    def warm_model(self) -> dict[str, Any] | None:
+        """A small FP8 DeepSeek-V3.2 shape: resolving it imports the quantization methods, the MLA
+        and DSA model modules and their attention backends, the slow part of a DSA command."""
+        from workbench.engines.learn_vllm_worker import REFERENCE_DSA
+
+        return {**REFERENCE_DSA, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                                         "quant_method": "fp8", "weight_block_size": [128, 128]}}
 
     def load(self, gpu: Gpu) -> LoadReport:
         start = time.perf_counter()
@@ -285,23 +297,38 @@ class VLLMAdapter(LaunchAdapter):
         return namespace, parser, refused
 
     def _api_server_parse(self, argv: list[str], taken: _Taken) -> tuple[argparse.Namespace, argparse.ArgumentParser, str | None]:
-        """``python -m vllm.entrypoints.openai.api_server``: that module's parser and validation."""
-        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
-        parser_class = _flexible_parser_class()
-        parser = cli_args.make_arg_parser(parser_class(description="vLLM OpenAI-Compatible RESTful API server."))
-        for action in parser._actions:
-            _recording(action, taken)
-        _CURRENT[0] = taken
+        """``python -m vllm.entrypoints.openai.api_server``: that module run as ``__main__`` (its own
+        parser, whatever the release builds there) up to its parse, then the release's
+        ``validate_parsed_serve_args`` where it has one (the module's next step)."""
+        import runpy
+
+        seen: dict[str, Any] = {}
+        saved = sys.argv
+        sys.argv = ["api_server.py", *argv]
         stderr = io.StringIO()
         try:
-            with contextlib.redirect_stderr(stderr):
-                namespace = parser.parse_args(argv)
+            with _watched_parse(taken, seen, stop_at_parse=True), contextlib.redirect_stderr(stderr), \
+                    contextlib.redirect_stdout(io.StringIO()), warnings_off():
+                runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=False)
+        except _Dispatched as done:
+            namespace = done.namespace
         except SystemExit as stop:
-            return argparse.Namespace(), parser, _parser_message(stderr.getvalue(), stop)
-        validate = getattr(cli_args, "validate_parsed_serve_args", None)
-        if validate is not None:
-            validate(namespace)
-        return namespace, parser, None
+            if "parser" in seen:
+                return argparse.Namespace(), seen["parser"], _parser_message(stderr.getvalue(), stop)
+            raise
+        finally:
+            sys.argv = saved
+        if "parser" not in seen:
+            raise RuntimeError("python -m vllm.entrypoints.openai.api_server ended without parsing its arguments")
+        for module in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args"):
+            try:
+                validate = getattr(importlib.import_module(module), "validate_parsed_serve_args", None)
+            except ModuleNotFoundError:
+                continue
+            if validate is not None:
+                validate(namespace)
+                break
+        return namespace, seen["parser"], None
 
     def _create_config(self, request: LaunchRequest, flags: list[FlagUse], namespace: argparse.Namespace, model: Located,
                        times: dict[str, float]) -> Resolution:
@@ -352,6 +379,13 @@ class VLLMAdapter(LaunchAdapter):
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
         cause = _validation_cause(error)
         where = _function_of(cause, self.package_dir)
+        from workbench.engines import vllm_loader
+
+        inspected = vllm_loader.LOG["inspection"]
+        if inspected and "failed to be inspected" in str(cause):  # the model class did not import here
+            return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s model registry could not import the model "
+                                                          f"class on a CPU: {sorted(inspected)[0]}", flags=tuple(flags),
+                              seconds=times)
         if is_refusal(cause, self.package_dir):
             return Resolution(request.engine, REJECTED, str(cause).strip() or type(cause).__name__, where,
                               flags=tuple(flags), seconds=times)
@@ -376,23 +410,21 @@ def _console_main(package_dir: Path) -> tuple[Callable[[], Any], str]:
     raise LookupError("the wheel declares no 'vllm' console script (entry_points.txt)")
 
 
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _serve_subparser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and "serve" in action.choices:
             found: argparse.ArgumentParser = action.choices["serve"]
             return found
     return parser
-
-
-def _flexible_parser_class() -> type:
-    for module in ("vllm.utils.argparse_utils", "vllm.utils"):
-        try:
-            found = getattr(importlib.import_module(module), "FlexibleArgumentParser", None)
-        except ImportError:
-            continue
-        if found is not None:
-            return type(found)  if not isinstance(found, type) else found
-    raise LookupError("no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
 
 
 def _config_classes() -> list[type]:
@@ -552,31 +584,40 @@ _KEY = re.compile(r"^(-{1,2})([^=.]*)")
 
 
 def _flag_uses(argv: Sequence[str], taken: _Taken, namespace: argparse.Namespace) -> list[FlagUse]:
-    """Every option the parser took, with the spelling the command used for it (underscores,
-    dotted keys and abbreviations are matched to the option they became)."""
+    """Every option the parser took, with the spelling the command used for it (underscores and
+    abbreviations are matched to the option they became; the dotted keys the parser merges into
+    one JSON value each keep their own entry)."""
     spelled = [t.split("=", 1)[0] for t in argv if t.startswith("-") and t != "-"]
     uses: list[FlagUse] = []
     values = vars(namespace)
     for option, dest, _ in taken.calls:
+        value = jsonable(values.get(dest))
         if option is None:  # a positional: the model tag
             token = next((t for t in argv if not t.startswith("-")), "")
             if dest == "model_tag" and token:
-                uses.append(FlagUse(token, "", dest, jsonable(values.get(dest))))
+                uses.append(FlagUse(token, "", dest, value))
             continue
-        written = _spelling(option, spelled)
-        uses.append(FlagUse(written, option, dest, jsonable(values.get(dest))))
+        dotted = [t for t in spelled if "." in t and _key(t.split(".", 1)[0]) == option]
+        if dotted:
+            for token in dotted:
+                spelled.remove(token)
+                uses.append(FlagUse(token, option, dest, value))
+            continue
+        uses.append(FlagUse(_spelling(option, spelled), option, dest, value))
     return uses
 
 
-def _spelling(option: str, spelled: list[str]) -> str:
-    """The command's token that became ``option`` (``--max_model_len`` for ``--max-model-len``,
-    ``--speculative-config.method`` for ``--speculative-config``), first unused one wins."""
-    def key(token: str) -> str:
-        match = _KEY.match(token)
-        return (match.group(1) + match.group(2).replace("_", "-")) if match else token
+def _key(token: str) -> str:
+    """The option a token names once underscores become dashes (the parser's own rewrite)."""
+    match = _KEY.match(token)
+    return (match.group(1) + match.group(2).replace("_", "-")) if match else token
 
+
+def _spelling(option: str, spelled: list[str]) -> str:
+    """The command's token that became ``option`` (``--max_model_len`` for ``--max-model-len``, an
+    abbreviation for its option), the first unused one."""
     for index, token in enumerate(spelled):
-        if key(token) == option or (len(key(token)) > 2 and option.startswith(key(token))):
+        if _key(token) == option or (len(_key(token)) > 2 and option.startswith(_key(token))):
             return spelled.pop(index)
     return option
 

@@ -1,0 +1,241 @@
+"""vLLM's learned releases (``data/engines/vllm/X.json``), checked offline, and the vLLM launch
+read by the release's own code.
+
+Offline (fast): every learned file is sound; the rule each width fact names gives the engine's
+own answer on the points recorded with it (the samples ``learn_vllm`` kept); the conformance rows
+recorded at learning agree on every state, with at least 200 states per function (1,000 for the
+newest release); the hand-read entries of ``data/engines.json`` equal what the engine measured;
+the backends take each release's learned data.
+
+With the engine (marked ``engine``; one engine process per release, shared by the tests): a vLLM
+command read by the release's own parser, its underscores, dotted keys and JSON values giving the
+same settings as the full spellings, and a command it refuses answered with its own message.
+Expected values come from the model's config (``max_position_embeddings``) and from the command.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.backends import vllm_indexer_block_table as ib
+from workbench.backends import vllm_v0_graph_block_tables as v0
+from workbench.engines import learned, releases, vllm_releases
+
+SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _file(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _restated(rule: str, state: dict[str, int]) -> int:
+    """The alignment rules restated from vLLM's source (block_table.py): an independent computation."""
+    blocks = _cdiv(state["max_model_len"], state["block_size"] * state["dcp"])
+    size = state["block_size"]
+    if rule == "none":
+        return blocks
+    if rule == "128-div-block-size":
+        step = 128 // size if size <= 128 else 1
+    else:
+        step = 128 // math.gcd(128, size)
+    return _cdiv(blocks, step) * step
+
+
+pytestmark = pytest.mark.skipif(not SHIPPED, reason="no learned vLLM release is shipped (workbench engines learn --all vllm)")
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_each_learned_file_is_sound_and_its_rules_give_the_engines_answers(path: Path) -> None:
+    data = _file(path)
+    assert learned.validate(data) == []
+    backends = data["sections"]["buffers"]["backends"]
+    indexer, graphs = backends[ib.NAME], backends[v0.NAME]
+    for name in ("table_alignment", "buffer_alignment", "table_rebuilt_when"):
+        assert indexer[name]["how"] in ("measured", "read", "absent")
+    table = indexer["table_alignment"]
+    for sample in table.get("samples", []):
+        assert _restated(table["value"], sample["state"]) == sample["engine"]
+    buffer = indexer["buffer_alignment"]
+    for sample in buffer.get("samples", []):
+        rule = table["value"] if buffer["value"] == "table" else buffer["value"]
+        assert _restated(rule, sample["state"]) == sample["engine"]
+    for sample in graphs["graph_width"].get("samples", []):
+        state = sample["state"]
+        assert _cdiv(state["max_seq_len_to_capture"], state["block_size"]) == sample["engine"]
+    if table["how"] == "measured":  # measured on a grid, the grid's points kept
+        assert table["states"] >= 60 and table["samples"]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_recorded_conformance_agrees_on_every_state(path: Path) -> None:
+    data = _file(path)
+    engine = data["engine"]
+    wanted = 1000 if engine == releases.newest("vllm") else 200
+    rows = data["sections"]["conformance"]["functions"]
+    ran = [r for r in rows if r["skipped"] is None]
+    assert ran, f"{engine}: no conformance row ran"
+    for row in ran:
+        assert row["agree"] == row["states"] >= wanted, (engine, row["function"], row["first_disagreement"])
+
+
+def test_the_hand_read_entries_equal_the_measured_ones() -> None:
+    """data/engines.json's vLLM entries against the learned files of the same releases (where the
+    engine disagrees it wins, and the README says what changed: no entry disagrees today)."""
+    checked = 0
+    for component in (ib.NAME, v0.NAME):
+        for engine, entry in vllm_releases.hand_read(component).items():
+            facts = vllm_releases.learned_facts(component).get(engine)
+            if facts is None:
+                continue
+            for name, value in entry.items():
+                assert facts[name]["value"] == value, (engine, component, name, facts[name])
+                checked += 1
+    assert checked >= 1
+
+
+def test_the_backends_take_each_releases_learned_data() -> None:
+    for engine, facts in vllm_releases.learned_facts(ib.NAME).items():
+        version = ib.versions().get(engine)
+        if facts["buffer_alignment"]["value"] is None:
+            assert version is None
+            continue
+        assert version == ib.IndexerVersion(facts["table_alignment"]["value"], facts["buffer_alignment"]["value"],
+                                            facts["table_rebuilt_when"]["value"])
+    for engine, facts in vllm_releases.learned_facts(v0.NAME).items():
+        writes = facts["row_write"]["value"]
+        if isinstance(writes, dict):
+            assert dict(v0.row_writes()[engine]) == {k: w for k, w in writes.items() if w is not None}
+
+
+def test_a_dsa_launch_without_speculation_takes_the_native_path() -> None:
+    """The DeepSeek-V3.2 recipe (no speculative decoding): one query row per request, so the
+    indexer's expanded buffer is not written; the row is ok, not an internal error."""
+    engine = next(iter(ib.versions()))
+    case = ib.BACKEND.launch_case(engine, 163840, 64, {"lookahead": 0})
+    assert case is not None and case.indexer_path == "native"
+    assert ib.BACKEND.probe(case).outcome.value == "ok"
+    spec = ib.BACKEND.launch_case(engine, 163840, 64, {"lookahead": 1})
+    assert spec is not None and (spec.indexer_path, spec.rows) == ("variable", 3)
+
+
+# ---- the release's own parser and resolution (an engine process per release) ---------------------
+
+CONFIG = next((DATA / "hf_cache" / "hub" / "models--deepseek-ai--DeepSeek-V3.2" / "snapshots").glob("*/config.json"), None)
+
+
+def _resolve(engine: str, argv: list[str]) -> Any:
+    from workbench.engines import gpus, launch_service, wheels
+    from workbench.engines.launch_adapters import LaunchRequest
+
+    try:
+        install = wheels.fetch(engine)
+    except wheels.FetchError as error:
+        pytest.skip(f"{engine} is neither cached nor fetchable: {error}")
+    request = LaunchRequest(engine, "vllm serve", tuple(argv), {}, gpus.gpu("h100"), model_config=str(CONFIG),
+                            cwd=str(DATA))
+    return launch_service.resolve(request, install, owner=True, progress=None)
+
+
+@pytest.mark.engine
+def test_underscores_dots_and_json_are_the_parsers_own() -> None:
+    assert CONFIG is not None
+    base = ["deepseek-ai/DeepSeek-V3.2-Exp", "--max-model-len", "32768", "--speculative-config",
+            '{"method": "mtp", "num_speculative_tokens": 2}']
+    spelled = ["deepseek-ai/DeepSeek-V3.2-Exp", "--max_model_len", "32768", "--speculative-config.method", "mtp",
+               "--speculative_config.num_speculative_tokens", "2"]
+    full, other = _resolve("vllm==0.33.0", base), _resolve("vllm==0.33.0", spelled)
+    assert (full.status, other.status) == ("resolved", "resolved"), (full.message, other.message)
+    names = ("model_config.max_model_len", "speculative_config.method", "speculative_config.num_speculative_tokens",
+             "cache_config.block_size", "num_lookahead_tokens")
+    assert {n: full.settings[n].value for n in names} == {n: other.settings[n].value for n in names}
+    assert full.settings["model_config.max_model_len"].value == 32768
+    assert full.settings["speculative_config.num_speculative_tokens"].value == 2
+    assert [f.spelled for f in other.flags][1:] == ["--max_model_len", "--speculative-config.method",
+                                                    "--speculative_config.num_speculative_tokens"]
+
+
+@pytest.mark.engine
+def test_a_command_the_release_refuses_gets_its_own_message() -> None:
+    """350000 tokens on a model whose config derives 163840 (max_position_embeddings): vLLM's own check."""
+    assert CONFIG is not None
+    derived = json.loads(CONFIG.read_text())["max_position_embeddings"]
+    answer = _resolve("vllm==0.33.0", ["deepseek-ai/DeepSeek-V3.2-Exp", "--max_model_len", "350000"])
+    assert answer.status == "rejected"
+    assert answer.message.startswith(f"User-specified max_model_len (350000) is greater than the derived max_model_len "
+                                     f"(max_position_embeddings={derived}")
+    refused = _resolve("vllm==0.33.0", ["deepseek-ai/DeepSeek-V3.2-Exp", "--no-such-flag", "1"])
+    assert (refused.status, refused.rejected_by) == ("rejected", "parser")
+    assert refused.message == "unrecognized arguments: --no-such-flag 1"
+
+
+ASCEND = sorted(learned.SHIPPED.joinpath("vllm-ascend").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", ASCEND, ids=[p.stem for p in ASCEND])
+def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Path) -> None:
+    """The drafter fact is read (the drafter runs on an NPU only), with the file it was read in;
+    a ``reset`` names the line, and that line of the cached release is the reset itself."""
+    from workbench.backends import vllm_ascend_block_table as ascend
+    from workbench.engines import wheels
+
+    data = _file(path)
+    assert learned.validate(data) == []
+    fact = data["sections"]["buffers"]["backends"][ascend.NAME]["drafter"]
+    assert fact["how"] in ("read", "absent") and fact["value"] in (*ascend.DRAFTERS, None)
+    if fact["value"] is not None:
+        assert ascend.drafters()[data["engine"]] == fact["value"]
+    installed = wheels.cached(data["engine"])
+    if fact["value"] == "reset" and installed is not None:
+        file, line = fact["source"].rsplit(":", 1)
+        text = (installed.src / file).read_text().splitlines()[int(line) - 1]
+        assert ".masked_fill_(" in text and text.rstrip().endswith(", 1)")
+
+
+def test_the_atlas_has_a_row_per_learned_release_where_the_data_say() -> None:
+    """5563's deployment under every V0 release (flash-attn): reachable exactly where the release's
+    builder assigns the whole list; 46074's under every indexer release: reachable exactly where its
+    table and buffer widths differ there (the measured rules, restated)."""
+    from workbench.analysis.atlas import case_backend_rows
+
+    rows = case_backend_rows()
+    v0_rows = rows[(rows.backend == v0.NAME) & (rows.rule == "vllm-5563")].drop_duplicates("engine").set_index("engine")
+    for engine, writes in v0.row_writes().items():
+        if "flash-attn" in writes:
+            expected = "reachable" if writes["flash-attn"] == "assign" else "safe"
+            assert v0_rows.loc[engine].status == expected, engine
+    indexer_rows = rows[(rows.backend == ib.NAME) & (rows.rule == "vllm-46074") & (rows.reachable_len == 350000)]
+    by_engine = indexer_rows.drop_duplicates("engine").set_index("engine")
+    state = {"max_model_len": 350000, "block_size": 64, "dcp": 1}
+    for engine, version in ib.versions().items():
+        table = _restated(version.table_alignment, state)
+        buffer = table if version.buffer_alignment == "table" else _restated(version.buffer_alignment, state)
+        assert by_engine.loc[engine].status == ("reachable" if table != buffer else "safe"), engine
+
+
+@pytest.mark.engine_versions
+def test_learning_a_shipped_release_again_gives_the_same_file(tmp_path: Path) -> None:
+    """``workbench engines learn vllm==0.6.0`` into an empty folder: byte for byte the shipped file
+    (where the release is cached; ``make vllm-releases`` runs it)."""
+    import os
+
+    from workbench.engines import learn_vllm, wheels
+
+    if not os.environ.get("WORKBENCH_ENGINE_VERSIONS"):
+        pytest.skip("slow (a release learned again): WORKBENCH_ENGINE_VERSIONS=1, or make vllm-releases")
+    engine = "vllm==0.6.0"
+    shipped = learned.shipped_path(engine)
+    if not shipped.exists() or wheels.cached(engine) is None:
+        pytest.skip(f"{engine} is not shipped or not cached (workbench engines learn {engine})")
+    made = learn_vllm.learn_release(engine, progress=lambda line: None, root=tmp_path)
+    assert made.read_bytes() == shipped.read_bytes()
