@@ -79,14 +79,16 @@ def _device_hint(argv: Sequence[str]) -> str | None:
     return None
 
 
-# $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <model-dir>
-_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|^\{[a-z][a-z_ -]*\}?$|^<[a-z][a-z _-]*>?$")
+# $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <eagle3_model_name>, also
+# inside a JSON value
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|^\{[a-z][a-z_ -]*\}?$|^<[a-z][a-z0-9_-]*>$|(?<=:)\s*<[a-z][a-z0-9_-]*>")
 
 
 def unset_variables(command: LaunchCommand) -> list[str]:
     """The shell variables (``$i``, ``${MODEL_PATH}``) and documentation placeholders
     (``{weights path}``, ``<model>``) left in the command's arguments: values only its author knows."""
-    found = [m.group(0) for word in command.argv for m in _PLACEHOLDER.finditer(word) if not word.lstrip().startswith("{\"")]
+    found = [m.group(0).strip() for word in command.argv for m in _PLACEHOLDER.finditer(word)
+             if not word.lstrip().startswith("{\"") or m.group(0).strip().startswith("<")]
     return list(dict.fromkeys(found))
 
 

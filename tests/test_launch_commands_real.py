@@ -1,0 +1,70 @@
+"""The real launch commands of ``tests/data`` through ``workbench check``: every one answered or
+refused by its engine, every flag understood, and each SGLang refusal shown to be SGLang's own by
+running SGLang's code on the command directly (``engine_oracle.py``, no adapter on its path).
+
+Slow (every release a command names starts an engine process): run with
+``WORKBENCH_LAUNCH_COMMANDS=1 python -m pytest -q tests/test_launch_commands_real.py``.
+``scripts/check_launch_commands.py`` prints the same outcomes as a table, with times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.engines import gpus, wheels
+from workbench.engines.launch_adapters import to_json
+from workbench.preflight import BAD_INPUT
+from workbench.preflight.batch import Outcome, check_all
+from workbench.preflight.command import parse_command
+
+DATA = Path(__file__).parent / "data"
+ORACLE = Path(__file__).parent / "engine_oracle.py"
+
+pytestmark = [pytest.mark.engine, pytest.mark.skipif(os.environ.get("WORKBENCH_LAUNCH_COMMANDS") != "1",
+                                                     reason="slow: WORKBENCH_LAUNCH_COMMANDS=1 runs every real command")]
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> list[tuple[dict[str, Any], Outcome]]:
+    os.environ["HF_HUB_CACHE"] = str(DATA / "hf_cache" / "hub")
+    records = [json.loads(line) for line in (DATA / "launch_commands.jsonl").read_text().splitlines() if line.strip()]
+    return list(zip(records, check_all(records)))
+
+
+def _oracle(engine: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    install = wheels.fetch(engine)
+    job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
+           "gpu": to_json(gpus.gpu("910b" if "npu" in argv else "h100")), "hf_cache": str(DATA / "hf_cache" / "hub"),
+           "cases": [{"argv": argv, "env": env, "names": []}]}
+    done = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(job), capture_output=True, text=True, timeout=900)
+    answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    return answer
+
+
+def test_every_command_is_answered_or_refused_by_its_engine(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
+    statuses = [o.status for _, o in outcomes]
+    assert len(outcomes) >= 40 and set(statuses) <= {0, 1, 2, 3}
+    for record, outcome in outcomes:
+        if outcome.status == BAD_INPUT:  # only the engine refuses a command the shell reading found
+            assert " refuses the command (" in outcome.verdict, (record["id"], outcome.verdict)
+
+
+def test_every_flag_of_an_answered_command_is_understood(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
+    assert [(r["id"], o.unmodelled_flags) for r, o in outcomes if o.unmodelled_flags] == []
+
+
+def test_each_sglang_refusal_is_sglangs_own(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
+    refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.engine == "sglang"]
+    for record, outcome in refused:
+        command = parse_command(record["command"])
+        answer = _oracle(outcome.release, list(command.argv), command.env)
+        message = answer.get("parser_error") or answer.get("error")
+        assert message, (record["id"], answer)
+        assert message.splitlines()[0].strip()[:200] in outcome.verdict, (record["id"], message, outcome.verdict)
