@@ -55,7 +55,7 @@ PINNED_FROM_WHEEL = ("transformers", "tokenizers")
 
 
 LAYOUT = "workbench-engine-cache 2"  # written into ``ready``; an older layout is fetched again
-SLIM_LAYOUT = "workbench-engine-cache slim 3"
+SLIM_LAYOUT = "workbench-engine-cache slim 4"
 
 Progress = Callable[[str], None]
 
@@ -70,6 +70,10 @@ class SlimFamily:
 
     deps: tuple[str, ...]
     keep_suffixes: tuple[str, ...] = (".py", ".pyi", ".json", ".jinja", ".yaml", ".yml", ".txt", ".typed")
+    # Dependencies a release's METADATA leaves open above, kept below their newest major version
+    # when the release was built before that major version's first release (a release installed
+    # then never saw it): its transformers of the day, not one that renamed what it registers.
+    of_their_day: tuple[str, ...] = ()
 
 
 # vLLM's argument parser and configuration classes: pydantic dataclasses, regex patterns,
@@ -77,7 +81,7 @@ class SlimFamily:
 # with them). The rest of what its modules import (fastapi, openai, ...) gets a stand-in.
 SLIM_FAMILIES = {
     "vllm": SlimFamily(deps=("pydantic", "regex", "msgspec", "cachetools", "transformers", "huggingface_hub",
-                             "tokenizers")),
+                             "tokenizers"), of_their_day=("transformers",)),
     "vllm-ascend": SlimFamily(deps=()),  # runs over a vLLM release's install (its own deps)
 }
 
@@ -276,38 +280,63 @@ def _built(wheel: Path) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-def _day_pip() -> list[str] | None:
-    """A pip that resolves as of a day (``--uploaded-prior-to``, pip 25.1 and later): this
-    environment's when it is one, else a current pip installed once into ``shared/pip``; None when
-    neither can be had (then the newest versions the specifiers allow are taken)."""
-    own = subprocess.run([sys.executable, "-m", "pip", "install", "--help"], capture_output=True, text=True, timeout=120)
-    if "--uploaded-prior-to" in own.stdout:
-        return [sys.executable, "-m", "pip"]
-    folder = cache_root() / "shared" / "pip"
-    if not (folder / "ready").exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        got = _pip("install", "--target", str(folder / "site"), "pip>=25.1")
-        if got.returncode != 0:
+def _major_release_day(package: str) -> tuple[int, str] | None:
+    """(newest major version of ``package``, the day its ``X.0.0`` wheel was built), asked of the
+    package index once (``pip index versions``, ``pip download --no-deps`` of that one wheel) and
+    kept in ``shared/release-days.json``."""
+    import tempfile
+
+    days_file = cache_root() / "shared" / "release-days.json"
+    days: dict[str, list[object]] = json.loads(days_file.read_text()) if days_file.exists() else {}
+    if package in days:
+        major, day = days[package]
+        return int(str(major)), str(day)
+    got = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions", package],
+                         capture_output=True, text=True, timeout=300)
+    line = next((x for x in got.stdout.splitlines() if x.startswith("Available versions:")), None)
+    if got.returncode != 0 or line is None:
+        return None
+    major = int(line.split(":", 1)[1].split(",")[0].strip().split(".")[0])
+    with tempfile.TemporaryDirectory() as folder:
+        got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", folder, f"{package}=={major}.0.0")
+        found = sorted(Path(folder).glob("*.whl"))
+        if got.returncode != 0 or not found:
             return None
-        (folder / "ready").write_text("pip\n")
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(folder / 'site')!r}); "
-                                  "from pip._internal.cli.main import main; sys.exit(main())"]
+        day = _built(found[0])
+    days[package] = [major, day]
+    days_file.parent.mkdir(parents=True, exist_ok=True)
+    days_file.write_text(json.dumps(days, indent=1, sort_keys=True) + "\n")
+    return major, day
+
+
+def _of_their_day(wanted: list[str], family: SlimFamily, built: str, progress: Progress) -> list[str]:
+    """``wanted`` with each of ``family.of_their_day`` capped below its newest major version when
+    the engine's wheel was built before that version's first release."""
+    out = []
+    for requirement in wanted:
+        name = requirement.split("<")[0].split(">")[0].split("=")[0].split("!")[0].split("~")[0]
+        found = _major_release_day(name) if name in family.of_their_day else None
+        if found is not None and built < found[1]:
+            major, day = found
+            progress(f"  {name}<{major}: the wheel was built on {built}, before {name} {major}.0.0 ({day})")
+            requirement = f"{requirement}{',' if requirement != name else ''}<{major}"
+        out.append(requirement)
+    return out
 
 
 def _family_deps(engine: str, src: Path, family: SlimFamily, built: str, progress: Progress) -> Path:
     """The shared folder of the small dependencies ``engine`` resolves to, installed when absent.
 
-    The wheel's own specifiers are resolved as on the day the wheel was built (``pip install
-    --dry-run --report --uploaded-prior-to``: the versions a user installing the release that day
-    got, not later ones that changed what it relies on) and the folder is named by the resolved
-    versions, so releases that resolve alike share one folder."""
-    wanted = _specifiers(src, family.deps)
+    The wheel's own specifiers are resolved (``pip install --dry-run --report``; those of
+    ``family.of_their_day`` kept to the versions of the wheel's day) and the folder is named by the
+    resolved versions, so releases that resolve alike share one folder."""
+    wanted = _of_their_day(_specifiers(src, family.deps), family, built, progress)
     if not wanted:  # nothing to install (vllm-ascend loads over a vLLM install)
         empty = cache_root() / "shared" / "deps-none"
         empty.mkdir(parents=True, exist_ok=True)
         return empty
-    progress(f"{engine}: resolving its small dependencies as of {built} ({', '.join(wanted)})")
-    resolved = _resolve(wanted, built)
+    progress(f"{engine}: resolving its small dependencies ({', '.join(wanted)})")
+    resolved = _resolve(wanted)
     if resolved is None:
         raise FetchError(f"cannot resolve the small dependencies of {engine} ({', '.join(wanted)})")
     progress(f"{engine}: {len(resolved)} packages (installed once into the cache's shared/ folder, "
@@ -336,16 +365,11 @@ def _specifiers(src: Path, names: tuple[str, ...]) -> list[str]:
     return [f"{name}{spec}" for name, spec in found.items()]
 
 
-def _resolve(requirements: list[str], day: str | None = None) -> list[str] | None:
-    """``name==version`` of every package ``requirements`` install, with their dependencies, as
-    pip resolves them on this platform (uploaded by the end of ``day`` when given and a pip that
-    can tell is at hand); torch and numpy excluded: the running ones are used."""
-    day_pip = _day_pip() if day else None
-    prefix = day_pip or [sys.executable, "-m", "pip"]
-    until = ["--uploaded-prior-to", f"{day}T23:59:59Z"] if day_pip else []
-    got = subprocess.run([*prefix, "--disable-pip-version-check", "-q", "install", "--dry-run", "--ignore-installed",
-                          "--report", "-", *until, *requirements], capture_output=True, text=True, timeout=900)
-    if got.returncode != 0 or "{" not in got.stdout:
+def _resolve(requirements: list[str]) -> list[str] | None:
+    """``name==version`` of every package ``requirements`` install, with their dependencies,
+    as pip resolves them on this platform (torch and numpy excluded: the running ones are used)."""
+    got = _pip("install", "--dry-run", "--ignore-installed", "--report", "-", *requirements)
+    if got.returncode != 0:
         return None
     report = json.loads(got.stdout[got.stdout.index("{"):])
     pins = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report.get("install", [])}
