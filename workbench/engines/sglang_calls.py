@@ -298,6 +298,7 @@ def allocator(cls: type, state: State, *, triton: bool = False) -> Any:
     a.is_not_in_free_group = True
     a.free_group = []
     a.num_pages = max([0, *state["free_pages"], *state["parked_pages"]])
+    a.ret_values = torch.empty((), dtype=torch.int64)  # the kernels' count out-parameter, up to 0.5.1
     return a
 
 
