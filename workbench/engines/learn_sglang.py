@@ -12,6 +12,7 @@ with torchvision. A release learned before from the same wheel by the same learn
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,10 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
     if learned.is_current(engine, (SECTION,), LEARNER, wheel["sha256"], root=root):
         say(f"already learned from this wheel by {LEARNER}: skipped")
         return learned.shipped_path(engine, root)
+    same = _same_as_base(root).get(engine)
+    if same and same["sha256"] == wheel["sha256"] and same["learner"] == LEARNER:
+        say(f"learned before from this wheel by {LEARNER}: its modelled values are {same['base']}'s: skipped")
+        return learned.shipped_path(same["base"], root)
     located = Wheel(install.src, "sglang")
     modules = lb.locate_modules(located)
     with _session(install, modules, say) as (session, loading):
@@ -255,14 +260,40 @@ def finish_all(*, root: Path, progress: Progress) -> list[str]:
         return version.fields, version.common
 
     notes = []
+    same = _same_as_base(root)
     for engine in releases("sglang"):
         base = engine.split(".post")[0]
         if base == engine or modelled(engine) is None:
             continue
         if modelled(engine) == modelled(base):
+            data = learned.load_from(engine, root) or {}
+            same[engine] = {"base": base, "sha256": data.get("wheel", {}).get("sha256", ""), "learner": LEARNER}
             learned.drop_section(engine, SECTION, root=root)
             notes.append(f"{engine}: its modelled values are {base}'s: its {SECTION} section is not kept")
             progress(notes[-1])
         else:
+            same.pop(engine, None)
             notes.append(f"{engine}: kept, it changes a modelled value of {base}")
+    _write_same_as_base(root, same)
     return notes
+
+
+SAME_AS_BASE = "same_as_base.json"  # under the root: the .postN learned equal to their base release
+
+
+def _same_as_base(root: Path) -> dict[str, dict[str, str]]:
+    path = root / SAME_AS_BASE
+    found: dict[str, dict[str, str]] = json.loads(path.read_text()).get("sglang", {}) if path.exists() else {}
+    return found
+
+
+def _write_same_as_base(root: Path, same: dict[str, dict[str, str]]) -> None:
+    """Which .postN were learned (from which wheel, by which learner) and found equal to their base:
+    a later ``--all`` skips them as it skips a learned release."""
+    path = root / SAME_AS_BASE
+    data = json.loads(path.read_text()) if path.exists() else {
+        "about": "The .postN releases whose learned buffer data equal their base release's: learned (from the "
+                 "wheel whose sha256 is given, by the learner named), then not kept (workbench engines learn --all)."}
+    data["sglang"] = dict(sorted(same.items()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

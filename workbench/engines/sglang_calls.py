@@ -211,6 +211,7 @@ def dsa_backend(mod: ModuleType, state: State, req_to_token: torch.Tensor | None
     b._memory_saver_adapter = SimpleNamespace(region=lambda **_: _NullContext())
     b._arange_buf = torch.arange(16, dtype=torch.int32)
     b._is_in_breakable_cuda_graph = lambda: True  # a graph replay: no MHA one-shot decision
+    b._force_attn_forward_mla = False  # 0.5.9's switch, off unless the server forces MLA
     b._is_in_tc_piecewise_cuda_graph = lambda: False
     b._get_device_sm = lambda: 0
     b._is_blackwell = False
@@ -298,6 +299,7 @@ def allocator(cls: type, state: State, *, triton: bool = False) -> Any:
     a.is_not_in_free_group = True
     a.free_group = []
     a.num_pages = max([0, *state["free_pages"], *state["parked_pages"]])
+    a.ret_values = torch.empty((), dtype=torch.int64)  # the kernels' count out-parameter, up to 0.5.1
     return a
 
 

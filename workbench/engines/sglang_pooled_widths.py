@@ -31,23 +31,12 @@ from workbench.engines.states import State, geometry_of
 RECORDED = "recorded_kv_indices"  # where the recorder keeps the buffer an eager call was handed
 
 
-def _plain_read_plan(state: State) -> SimpleNamespace:
-    """The row source a drafter's kernel reads in the plain case (``kv_index_translator.read_source``
-    from 0.5.23): the token table itself, its row stride its width, no page translation."""
-    width = geometry_of(state).request_table_width
-    table = torch.zeros((state["max_bs"] + 1, width), dtype=torch.int32, device="meta")
-    plan = SimpleNamespace(row_ids=torch.zeros(state["max_bs"], dtype=torch.int64, device="meta"), ids=table,
-                           row_stride=width, entry_page_size=1, v2p=None)
-    return SimpleNamespace(read_source=lambda *args, **kwargs: plan)
-
-
 def _drafter(module: ModuleType, cls: type, state: State) -> Any:
     obj = _made(module, cls, state)
     obj.attn_backends = [stand_ins() for _ in range(state["spec_steps"])]
     obj.kv_indptr = torch.zeros((state["spec_steps"], state["max_bs"] * state["spec_topk"] + 1), dtype=torch.int32)
-    # no sliding draft window, the plain read plan: what a drafter without those features keeps
+    # no sliding draft window (the untranslated pool's plain read plan comes with the settings)
     obj.draft_window_size, obj.draft_sink_size, obj.window_rail = 0, 0, False
-    obj.kv_index_translator = _plain_read_plan(state)
     # before the read plans (0.5.22): the token table itself, and its width
     width = geometry_of(state).request_table_width
     obj.req_to_token_pool = SimpleNamespace(req_to_token=torch.zeros((state["max_bs"] + 1, width), dtype=torch.int32,

@@ -36,9 +36,21 @@ def _settings(state: State) -> dict[str, Any]:
             "speculative_num_steps": state["spec_steps"], "topk": state["spec_topk"],
             "speculative_eagle_topk": state["spec_topk"], "speculative_step_id": 0, "is_draft_worker": False,
             "use_sliding_window_kv_pool": False, "is_hybrid_swa": False, "use_mla": False, "num_wrappers": 1,
-            "dcp_world_size": 1, "dcp_size": 1, "attn_dcp_size": 1,
+            "dcp_world_size": 1, "dcp_size": 1, "attn_dcp_size": 1, "kv_index_translator": untranslated_pool(state),
             "req_to_token": torch.zeros((2, geometry_of(state).request_table_width), dtype=torch.int32,
                                         device="meta")}
+
+
+def untranslated_pool(state: State) -> SimpleNamespace:
+    """The KV index translator (0.5.19 on) of a pool that needs no translation, as a server without
+    it has: ``is_translating`` False, no capture tables, and the token table itself as the source a
+    kernel reads (``read_source``'s plain plan: its row stride its width)."""
+    width = geometry_of(state).request_table_width
+    table = torch.zeros((state["max_bs"] + 1, width), dtype=torch.int32, device="meta")
+    plan = SimpleNamespace(row_ids=torch.zeros(state["max_bs"], dtype=torch.int64, device="meta"), ids=table,
+                           row_stride=width, entry_page_size=1, v2p=None)
+    return SimpleNamespace(is_translating=False, make_capture_tables=lambda **kwargs: None,
+                           read_source=lambda *args, **kwargs: plan)
 
 
 def _made(module: ModuleType, cls: type, state: State) -> Any:
