@@ -74,6 +74,15 @@ def _model_path(preset: str) -> tuple[str, list[str]]:
     return preset or "MODEL", ["--speculative-draft-model-path", "DRAFT_MODEL"]
 
 
+def launch_entry_of(finding: Finding) -> dict[str, object]:
+    """The finding's mode entry of ``data/repro.json`` (empty when it has none)."""
+    modes = backend_entry(finding.backend).get("modes", {})
+    assert isinstance(modes, dict)
+    found = modes.get(finding.mode, {})
+    assert isinstance(found, dict)
+    return found
+
+
 def launch_command(finding: Finding) -> str:
     """A ``python -m sglang.launch_server`` command that runs the finding's setting."""
     s = finding.setting
@@ -90,7 +99,9 @@ def launch_command(finding: Finding) -> str:
         parts += ["--page-size", str(s["page_size"])]
     if spec:
         parts += spec + (draft if "EAGLE" in spec else [])
-    if s.get("max_bs"):
+    mode_entry = launch_entry_of(finding)
+    parts += [str(x) for x in mode_entry.get("launch_flags", [])]
+    if s.get("max_bs") and "--disable-cuda-graph" not in parts:
         parts += [_graph_batch_flag(finding.release), str(s["max_bs"])]
     return " ".join(parts)
 

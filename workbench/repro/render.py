@@ -101,9 +101,10 @@ def plan(finding: Finding) -> Plan:
         params["revert_edits"] = revert["edits"]
     if finding.setting.get("seq_lens") is not None:
         params.update({k: finding.setting[k] for k in ("seq_lens", "last_loc", "free_pages")})
-    run_kernel = bool(entry.get("runs_kernel", finding.outcome not in ("host-assert", "shape-error")))
-    params["run_kernel"] = run_kernel and bool(entry.get("triton", True))
-    return Plan(kind, params, needs_triton=bool(params["run_kernel"]) and bool(entry.get("triton", True)),
+    needs_triton = bool(entry.get("triton", False))
+    params["run_kernel"] = needs_triton  # a kind whose kernel launch is not the finding records it instead
+    params["draft_has_kv"] = bool(s.get("draft_has_kv", True))
+    return Plan(kind, params, needs_triton=needs_triton,
                 fix_source=str(fix.get("source", "")), conditions=conditions(finding))
 
 
