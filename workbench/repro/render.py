@@ -94,7 +94,7 @@ def plan(finding: Finding) -> Plan:
         context_len=s.get("context_len"), page_size=s.get("page_size"), draft_tokens=s.get("draft_tokens"),
         steps=s.get("spec_steps"), topk=s.get("spec_topk"), max_bs=s.get("max_bs"), step_id=s.get("step_id"),
         request_table_width=s.get("request_table_width"), safe_width=safe_width(finding),
-        fix_edits=fix["edits"], fix=fix.get("what", _fix_words(finding, fix)),
+        fix_edits=fix["edits"], fix=str(fix["what"]) if "what" in fix else _fix_words(finding, fix),
         **{k: v for k, v in finding.extra.items()})
     if "+" in finding.engine:
         revert = _per_version(entry, "revert", finding.engine)
@@ -111,7 +111,7 @@ def plan(finding: Finding) -> Plan:
 def _fix_words(finding: Finding, fix: dict[str, object]) -> str:
     edits = fix["edits"]
     assert isinstance(edits, list)
-    return "; ".join(f"{old.strip()} -> {new.strip()}" for old, new in edits)
+    return "; ".join(f"{edit[0].strip()} -> {edit[1].strip()}" for edit in edits)
 
 
 def _deps(finding: Finding, needs_triton: bool) -> list[str]:
