@@ -84,10 +84,13 @@ def launch_entry_of(finding: Finding) -> dict[str, object]:
 
 
 def launch_command(finding: Finding) -> str:
-    """A ``python -m sglang.launch_server`` command that runs the finding's setting."""
+    """A ``python -m sglang.launch_server`` command that runs the finding's setting (the data's own
+    command where the state is not a launch setting, as the allocator's exactly full pool)."""
     s = finding.setting
     launch = backend_entry(finding.backend).get("launch", {})
     assert isinstance(launch, dict)
+    if "command" in launch:
+        return str(launch["command"])
     model, draft = _model_path(str(s.get("preset", "")))
     words, spec = _recipe(s)
     parts = ["python -m sglang.launch_server", "--model-path", model]
@@ -131,11 +134,12 @@ def _scheduler(finding: Finding) -> str:
 
 def _batch_and_pool(finding: Finding) -> tuple[str, str]:
     L = finding.first_failing
-    if finding.backend == "sglang-npu-allocator":
-        return ("one decode step of the batch in the script", "a free pool holding exactly the pages the step opens")
-    entry = backend_entry(finding.backend).get("modes", {})
-    assert isinstance(entry, dict)
-    path = str(entry.get(finding.mode, {}).get("params", {}).get("path", "graph"))
+    entry = launch_entry_of(finding)
+    if "batch" in entry and "kv_pool" in entry:
+        return str(entry["batch"]), str(entry["kv_pool"])
+    params = entry.get("params", {})
+    assert isinstance(params, dict)
+    path = str(params.get("path", "graph"))
     if finding.pool_tokens is None:
         return (f"one request at committed length {L} (the failure is per request: any batch holding it)",
                 f"room for that request's {L} tokens and its step's new ones")
@@ -179,6 +183,6 @@ def _version_key(version: str) -> tuple[int, ...]:
 def conditions(finding: Finding) -> Conditions:
     words, _ = _recipe(finding.setting) if finding.setting.get("context_len") else ("", [])
     batch, pool = _batch_and_pool(finding)
-    command = launch_command(finding) if finding.setting.get("context_len") else "any launch on Ascend (--device npu) with a paged KV pool (--page-size > 1)"
+    command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
                       releases=release_range(finding))

@@ -99,8 +99,9 @@ def plan(finding: Finding) -> Plan:
     if "+" in finding.engine:
         revert = _per_version(entry, "revert", finding.engine)
         params["revert_edits"] = revert["edits"]
-    if finding.setting.get("seq_lens") is not None:
-        params.update({k: finding.setting[k] for k in ("seq_lens", "last_loc", "free_pages")})
+    for key in ("seq_lens", "last_loc", "free_pages"):  # the allocator's step, where the finding is one
+        if key in finding.setting:
+            params[key] = finding.setting[key]
     needs_triton = bool(entry.get("triton", False))
     params["run_kernel"] = needs_triton  # a kind whose kernel launch is not the finding records it instead
     params["draft_has_kv"] = bool(s.get("draft_has_kv", True))
