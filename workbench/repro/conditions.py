@@ -186,3 +186,12 @@ def conditions(finding: Finding) -> Conditions:
     command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
                       releases=release_range(finding))
+
+
+def needs_torchvision(release: str) -> bool:
+    """Whether this release's transformers wants a torchvision present (``data/engines.json``'s
+    ``conformance.torchvision`` for the version)."""
+    for entry in json.loads(DEFAULT_VERSIONS.read_text())["versions"]:
+        if entry.get("engine") == release:
+            return bool(entry.get("conformance", {}).get("torchvision", {}).get("value", False))
+    return False

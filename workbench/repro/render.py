@@ -17,10 +17,9 @@ from pathlib import Path
 
 from workbench import backends
 from workbench.engines.launch import load_launch_data
-from workbench.engines.versions import load_versions
 from workbench.engines.wheels import PINNED_FROM_WHEEL, SMALL_DEPS, cached
 from workbench.model.geometry import Mode, ServingGeometry
-from workbench.repro.conditions import Conditions, backend_entry, conditions
+from workbench.repro.conditions import Conditions, backend_entry, conditions, needs_torchvision
 from workbench.repro.findings import Finding
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -126,24 +125,12 @@ def _deps(finding: Finding, needs_triton: bool) -> list[str]:
 
         pins = _pins(install.src, PINNED_FROM_WHEEL)
     lines = [PIP_TORCH, f"pip install --no-deps {release}", "pip install " + " ".join([*SMALL_DEPS, *pins])]
-    entry = load_versions().get(release)
-    if entry is not None and _needs_torchvision(release):
+    if needs_torchvision(release):
         lines.append("pip install --no-deps torchvision   # the build that matches your torch: this release's "
                      "transformers registers image processors only with it present")
     if needs_triton:
         lines.append("pip install triton   # its kernels run interpreted on the CPU (TRITON_INTERPRET=1)")
     return lines
-
-
-def _needs_torchvision(release: str) -> bool:
-    import json
-
-    from workbench.engines.versions import DEFAULT_VERSIONS
-
-    for entry in json.loads(DEFAULT_VERSIONS.read_text())["versions"]:
-        if entry.get("engine") == release:
-            return bool(entry.get("conformance", {}).get("torchvision", {}).get("value", False))
-    return False
 
 
 def title(finding: Finding) -> str:
