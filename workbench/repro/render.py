@@ -101,6 +101,8 @@ def plan(finding: Finding) -> Plan:
     for key in ("seq_lens", "last_loc", "free_pages"):  # the allocator's step, where the finding is one
         if key in finding.setting:
             params[key] = finding.setting[key]
+    if params.pop("reads_past_seq_lens_is_draft", False):  # a verify's kernel reads s + D, its bound not kept
+        params["reads_past_seq_lens"] = finding.setting.get("draft_tokens") or 0
     needs_triton = bool(entry.get("triton", False))
     params["run_kernel"] = needs_triton  # a kind whose kernel launch is not the finding records it instead
     params["draft_has_kv"] = bool(s.get("draft_has_kv", True))
