@@ -48,6 +48,22 @@ class Conditions:
     batch: str
     kv_pool: str
     releases: str
+    caveat: str = ""  # where the atlas's model preset would not run this backend as the command asks
+
+
+def model_caveat(finding: Finding) -> str:
+    """A DSA model (GLM-5, GLM-5.2, DeepSeek-V3.2) gets the dsa backend and, on CUDA, page size 64
+    whatever the command asks (the launch data); a row that puts such a preset on another backend
+    stands for a model of the same shape without DSA."""
+    preset = str(finding.setting.get("preset", ""))
+    launch = backend_entry(finding.backend).get("launch", {})
+    assert isinstance(launch, dict)
+    for model in load_launch_data().models:
+        if model.preset == preset and model.dsa and launch.get("attention_backend") != "dsa":
+            return (f"{preset} is a DSA model: {finding.release} runs it on the dsa backend at page size 64 whatever the "
+                    f"command asks, so this setting is reached by an MLA model of the same shape without DSA "
+                    f"(the atlas's preset stands for its numbers: context, recipe, graph batch)")
+    return ""
 
 
 def _recipe(s: dict[str, object]) -> tuple[str, list[str]]:
@@ -185,7 +201,7 @@ def conditions(finding: Finding) -> Conditions:
     batch, pool = _batch_and_pool(finding)
     command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
-                      releases=release_range(finding))
+                      releases=release_range(finding), caveat=model_caveat(finding))
 
 
 def needs_torchvision(release: str) -> bool:

@@ -70,7 +70,7 @@ def entry(finding: Finding, results: dict[str, dict[str, object]]) -> str:
         f"- **Outcome**: {finding.outcome} at committed length {finding.first_failing}"
         + (f" (the workbench's message: {finding.message})" if finding.message else ""),
         f"- **Releases**: {c.releases}",
-        f"- **Launch**: `{c.launch_command}`",
+        f"- **Launch**: `{c.launch_command}`" + (f" ({c.caveat})" if c.caveat else ""),
         f"- **Recipe**: {c.recipe or 'as in the command'}",
         f"- **Scheduler**: {c.scheduler}",
         f"- **Batch**: {c.batch}",

@@ -153,7 +153,7 @@ def _header(finding: Finding, p: Plan) -> str:
     lines = [
         title(finding), "",
         wrap(f"Finding {finding.id}. {finding.story or ''}".strip()) + pseudo, "",
-        "Reached by:", wrap("    " + c.launch_command), "",
+        "Reached by:", wrap("    " + c.launch_command), *([wrap("Note: " + c.caveat)] if c.caveat else []), "",
         wrap(f"Recipe: {c.recipe or 'as in the command'}"),
         wrap(f"Scheduler: {c.scheduler}"),
         wrap(f"Batch: {c.batch}"),
