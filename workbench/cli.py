@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
-    repro = sub.add_parser("repro", help="standalone scripts that reproduce each failing atlas row and seed with the engine's own code")
+    repro = sub.add_parser("repro", help="standalone scripts that reproduce each failing atlas row and seed "
+                                         "with the engine's own code")
     repro.add_argument("ids", nargs="*", help="finding ids, as --list prints them (0.5.23/fa3-page-table/decode, seed/allocator)")
     repro.add_argument("--list", action="store_true", help="list the failing atlas rows of the release and the seeds")
     repro.add_argument("--all", action="store_true", help="every finding of the release and the seeds")

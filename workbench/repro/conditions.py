@@ -66,9 +66,14 @@ def model_caveat(finding: Finding) -> str:
     return ""
 
 
+def _count(setting: dict[str, object], name: str, default: int) -> int:
+    value = setting.get(name)
+    return int(value) if isinstance(value, int) and value else default
+
+
 def _recipe(s: dict[str, object]) -> tuple[str, list[str]]:
     """The speculative recipe in words and as launch flags."""
-    d, steps, topk = int(s.get("draft_tokens") or 0), int(s.get("spec_steps") or 1), int(s.get("spec_topk") or 1)
+    d, steps, topk = _count(s, "draft_tokens", 0), _count(s, "spec_steps", 1), _count(s, "spec_topk", 1)
     if d == 0:
         return "no speculative decoding", []
     if not s.get("draft_has_kv"):
@@ -119,7 +124,9 @@ def launch_command(finding: Finding) -> str:
     if spec:
         parts += spec + (draft if "EAGLE" in spec else [])
     mode_entry = launch_entry_of(finding)
-    parts += [str(x) for x in mode_entry.get("launch_flags", [])]
+    flags = mode_entry.get("launch_flags", [])
+    assert isinstance(flags, list)
+    parts += [str(x) for x in flags]
     if s.get("max_bs") and "--disable-cuda-graph" not in parts:
         parts += [_graph_batch_flag(finding.release), str(s["max_bs"])]
     return " ".join(parts)
@@ -134,7 +141,7 @@ def _graph_batch_flag(engine: str) -> str:
 
 
 def _scheduler(finding: Finding) -> str:
-    ctx = int(finding.setting.get("context_len") or 0)
+    ctx = _count(finding.setting, "context_len", 0)
     if not ctx:
         return "any decode step (the allocator's gather; no context limit involved)"
     rule = reach_rule(finding.release if finding.release in load_launch_data().versions else load_launch_data().newest["sglang"])
@@ -176,7 +183,8 @@ def release_range(finding: Finding) -> str:
                  if isinstance(entries, list) for entry in entries
                  if re.match(rf"{re.escape(finding.rule)}\b[: (]", str(entry.get("value", "")))]
         return "; ".join(found) if found else "not read in any release"
-    same, other = [], []
+    same: list[str] = []
+    other: list[str] = []
     for engine, version in load_versions().items():
         if not engine.startswith("sglang==") or "+" in engine:
             continue

@@ -71,7 +71,7 @@ def _short(backend: str) -> str:
 def _int(value: object) -> int | None:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return None
-    return int(value)  # type: ignore[call-overload]
+    return int(value)  # type: ignore[call-overload,no-any-return]
 
 
 SETTING_COLUMNS = ("preset", "recipe", "context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk",

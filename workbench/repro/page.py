@@ -56,7 +56,9 @@ def _result(finding: Finding, results: dict[str, dict[str, object]]) -> str:
         return "not recorded yet (run `workbench repro --all --run --record`)"
     verdict = "reproduced" if r.get("reproduced") else "NOT reproduced"
     parts = [f"{verdict} ({r.get('seconds')} s on {r.get('where', 'a CPU')})"]
-    for step in r.get("steps", []):  # type: ignore[union-attr]
+    steps = r.get("steps", [])
+    assert isinstance(steps, list)
+    for step in steps:
         parts.append(f"{step['label']}: {step['length']} {step['outcome']}")
     return "; ".join(parts)
 
@@ -102,3 +104,14 @@ def write_findings_page(found: Sequence[Finding], path: Path = PAGE) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, findings_markdown(found))
     return path
+
+
+def write_report_findings(out_dir: str | Path) -> Path:
+    """The report's part: the newest release's findings and the seeds, written to ``docs/findings.md``
+    and beside the report's page (``<out>/findings.md``, which the page links)."""
+    from workbench.files import atomic_write_text
+    from workbench.repro.findings import findings, newest_release
+
+    page = write_findings_page(findings(newest_release()))
+    atomic_write_text(Path(out_dir) / "findings.md", page.read_text())
+    return page

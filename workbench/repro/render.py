@@ -149,7 +149,10 @@ def _header(finding: Finding, p: Plan) -> str:
         pseudo = (f"\n{finding.engine} is not a release: it is {finding.release} with the fix's line reverted "
                   f"(the script reverts it at run time and says so). "
                   + (version.pseudo if version and version.pseudo else ""))
-    wrap = lambda text: textwrap.fill(text, 100, subsequent_indent="    ")  # noqa: E731
+
+    def wrap(text: str) -> str:
+        return textwrap.fill(text, 100, subsequent_indent="    ")
+
     lines = [
         title(finding), "",
         wrap(f"Finding {finding.id}. {finding.story or ''}".strip()) + pseudo, "",
