@@ -179,8 +179,9 @@ def release_range(finding: Finding) -> str:
     whose value is the finding's rule (the seeds, whose "before" is an older rule)."""
     if finding.status == "seed":
         data = json.loads(DEFAULT_VERSIONS.read_text())
-        found = [f"{entry['versions']} ({entry['source']})" for topic, entries in data["history"].items()
-                 if isinstance(entries, list) for entry in entries
+        topic = backend_entry(finding.backend).get("history")
+        entries = data["history"].get(str(topic), [])
+        found = [f"{entry['versions']} ({entry['source']})" for entry in entries
                  if re.match(rf"{re.escape(finding.rule)}\b[: (]", str(entry.get("value", "")))]
         return "; ".join(found) if found else "not read in any release"
     same: list[str] = []
@@ -209,7 +210,8 @@ def conditions(finding: Finding) -> Conditions:
     batch, pool = _batch_and_pool(finding)
     command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
-                      releases=release_range(finding), caveat=model_caveat(finding))
+                      releases=release_range(finding),
+                      caveat="; ".join(c for c in (model_caveat(finding), str(launch_entry_of(finding).get("note", ""))) if c))
 
 
 def needs_torchvision(release: str) -> bool:

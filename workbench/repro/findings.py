@@ -119,6 +119,7 @@ def _is_sglang_buffer(name: str) -> bool:
 # The version before each seed's fix that its script runs: the newest release with the fix's
 # line reverted where the launch data name such a pseudo-version, else the newest release that
 # predates the fix (the DSA fix's "before" needs the dynamic replay, which 0.5.16 removed).
+SEED_PRESETS = {"npu-block-table": "QwQ-32B", "dsa-page-table": "GLM-5.2"}  # the models of their crash reports
 SEED_ENGINES = {"npu-block-table": "sglang==0.5.23+revert-ascend-width",
                 "dsa-page-table": "sglang==0.5.14",
                 "allocator": "sglang==0.5.23+revert-npu-clamp"}
@@ -132,7 +133,7 @@ def _seed_table(seed: Seed) -> Finding:
     backend = backends.backend_of(case.component)
     reach = backend.reachable_len(g, case.mode, case.step_id)
     failing = found.failing
-    setting: dict[str, object] = {"preset": "", "recipe": "", "context_len": g.context_len, "page_size": g.page_size,
+    setting: dict[str, object] = {"preset": SEED_PRESETS.get(seed.name, ""), "recipe": "", "context_len": g.context_len, "page_size": g.page_size,
                                   "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps, "spec_topk": g.spec_topk,
                                   "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs,
                                   "request_table_width": g.request_table_width, "width_gen": g.width_gen,

@@ -146,9 +146,10 @@ def _header(finding: Finding, p: Plan) -> str:
     pseudo = ""
     if "+" in finding.engine:
         version = load_launch_data().versions.get(finding.engine)
-        pseudo = (f"\n{finding.engine} is not a release: it is {finding.release} with the fix's line reverted "
-                  f"(the script reverts it at run time and says so). "
-                  + (version.pseudo if version and version.pseudo else ""))
+        said = (version.pseudo if version and version.pseudo else
+                f"not a release: {finding.release} with its fix's line reverted").rstrip(".")
+        pseudo = "\n" + textwrap.fill(f"{finding.engine} is {said}. The script reverts that line at run time and "
+                                      "says so.", 100, subsequent_indent="    ")
 
     def wrap(text: str) -> str:
         return textwrap.fill(text, 100, subsequent_indent="    ")
