@@ -133,7 +133,8 @@ def _seed_table(seed: Seed) -> Finding:
     backend = backends.backend_of(case.component)
     reach = backend.reachable_len(g, case.mode, case.step_id)
     failing = found.failing
-    setting: dict[str, object] = {"preset": SEED_PRESETS.get(seed.name, ""), "recipe": "", "context_len": g.context_len, "page_size": g.page_size,
+    setting: dict[str, object] = {"preset": SEED_PRESETS.get(seed.name, ""), "recipe": "",
+                                  "context_len": g.context_len, "page_size": g.page_size,
                                   "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps, "spec_topk": g.spec_topk,
                                   "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs,
                                   "request_table_width": g.request_table_width, "width_gen": g.width_gen,

@@ -24,6 +24,9 @@ from workbench.repro.findings import Finding
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PIP_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+# Imported at the top of the engine's modules and present in the workbench's own environment, so the
+# cached-wheel runs never miss them; a fresh environment does (found by the repro_venv test).
+FRESH_VENV_DEPS = ("numpy", "requests")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,9 @@ def plan(finding: Finding) -> Plan:
     if "+" in finding.engine:
         revert = _per_version(entry, "revert", finding.engine)
         params["revert_edits"] = revert["edits"]
+    elif "revert" in entry:  # a seed's template: it reverts the fix at run time, so it needs the pseudo-version
+        raise ValueError(f"{finding.id}: the {kind} template reproduces the seed's pseudo-version only "
+                         f"({', '.join(entry['revert'])})")  # type: ignore[arg-type]
     for key in ("seq_lens", "last_loc", "free_pages"):  # the allocator's step, where the finding is one
         if key in finding.setting:
             params[key] = finding.setting[key]
@@ -126,7 +132,7 @@ def _deps(finding: Finding, needs_triton: bool) -> list[str]:
         from workbench.engines.wheels import _pins
 
         pins = _pins(install.src, PINNED_FROM_WHEEL)
-    lines = [PIP_TORCH, f"pip install --no-deps {release}", "pip install " + " ".join([*SMALL_DEPS, *pins])]
+    lines = [PIP_TORCH, f"pip install --no-deps {release}", "pip install " + " ".join([*SMALL_DEPS, *FRESH_VENV_DEPS, *pins])]
     if needs_torchvision(release):
         lines.append("pip install --no-deps torchvision   # the build that matches your torch: this release's "
                      "transformers registers image processors only with it present")
