@@ -211,7 +211,17 @@ def conditions(finding: Finding) -> Conditions:
     command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
                       releases=release_range(finding),
-                      caveat="; ".join(c for c in (model_caveat(finding), str(launch_entry_of(finding).get("note", ""))) if c))
+                      caveat="; ".join(c for c in (model_caveat(finding), recipe_caveat(finding),
+                                                   str(launch_entry_of(finding).get("note", ""))) if c))
+
+
+def recipe_caveat(finding: Finding) -> str:
+    """A draft-extend row under a recipe without a draft model (NGRAM) names a step such a deployment never runs."""
+    s = finding.setting
+    if finding.mode == "draft-extend" and s.get("draft_tokens") and not s.get("draft_has_kv"):
+        return ("NGRAM keeps no draft model, so an NGRAM deployment runs no draft-extend step: the state is an "
+                "EAGLE deployment's with the same numbers")
+    return ""
 
 
 def needs_torchvision(release: str) -> bool:
