@@ -58,8 +58,10 @@ def _result(finding: Finding, results: dict[str, dict[str, object]]) -> str:
     parts = [f"{verdict} ({r.get('seconds')} s on {r.get('where', 'a CPU')})"]
     steps = r.get("steps", [])
     assert isinstance(steps, list)
+    fixed = False  # the steps after "one below" are the fix's
     for step in steps:
-        parts.append(f"{step['label']}: {step['length']} {step['outcome']}")
+        parts.append(f"{'with the fix, ' if fixed else ''}{step['label']}: {step['length']} {step['outcome']}")
+        fixed = fixed or step["label"] == "one below"
     return "; ".join(parts)
 
 
