@@ -25,7 +25,7 @@ import pytest
 from workbench.cli import main
 from workbench.engines import wheels
 from workbench.repro.command import format_list
-from workbench.repro.conditions import conditions
+from workbench.repro.conditions import conditions, model_caveat
 from workbench.repro.findings import Finding, by_id, findings, newest_release, seed_findings
 from workbench.repro.page import findings_markdown
 from workbench.repro.render import plan, script, script_name
@@ -92,7 +92,7 @@ def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[F
     for f in release_findings:
         if f.status == "seed":
             continue
-        if conditions(f).caveat:  # a DSA preset on another backend: the engine would force dsa, ps 64
+        if model_caveat(f):  # a DSA preset on another backend: the engine would force dsa, ps 64
             assert "is a DSA model" in script(f).split('"""')[1], f.id
             continue
         deployment = resolve(conditions(f).launch_command, engine=f.engine)
