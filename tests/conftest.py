@@ -32,6 +32,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "deselect offline with -m 'not engine'")
     config.addinivalue_line("markers", "engine_versions: conformance of every modelled engine version (slow; "
                                        "WORKBENCH_ENGINE_VERSIONS=1)")
+    config.addinivalue_line("markers", "repro_all: every finding's reproducer run with the cached wheel (slow; "
+                                       "WORKBENCH_REPRO_ALL=1)")
+    config.addinivalue_line("markers", "repro_venv: one reproducer in a fresh virtual environment (downloads torch; "
+                                       "WORKBENCH_REPRO_VENV=1)")
 
 
 @pytest.fixture(scope="session")

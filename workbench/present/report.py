@@ -335,6 +335,7 @@ def report_html(
         f"<p>Device: <code>{html.escape(device)}</code>. Every number below comes from executed torch steps.</p>"
         f'<h2>Verdict: which backends and rules are safe</h2><p class="note">{VERDICT_INTRO}</p>{_tables_html(tables)}'
         f"<h2>Seed cases</h2>{_seed_table_html(rows)}"
+        '<p><a href="findings.md">Findings and their standalone reproducers</a> (docs/findings.md)</p>'
         f"<h2>Executed notebooks</h2>{_notebook_list_html(runs, out_dir)}"
         f"<h2>Figures ({len(figures)})</h2>{png_line}{_figures_html(figures)}"
         "</body></html>\n"
@@ -385,6 +386,9 @@ def build_report(
 def run_report(out_dir: str, device: str, out: IO[str]) -> None:
     """The command line's ``report``: the whole job; a failed notebook is an error after the page is written."""
     runs = build_report(out_dir, device, out)
+    from workbench.repro.page import write_report_findings  # docs/findings.md, regenerated with the report
+
+    out.write(f"wrote {write_report_findings(out_dir)}\n")
     failed = [run for run in runs if run.error]
     if failed:
         names = ", ".join(run.name for run in failed)
