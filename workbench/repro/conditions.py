@@ -1,11 +1,11 @@
 """What reaches a finding: the launch command, the recipe, the scheduler, the batch and KV pool, the releases.
 
 ``conditions(finding)`` is the one place these are derived, from what the repository holds now:
-the atlas row's reachable length and pool tokens (``workbench.analysis.reach``: the scheduler's
-cap plus the launch data's overshoot), the releases whose entries in ``data/engines.json`` give
+the atlas row's reachable length, its reasons and pool tokens (``workbench.analysis.reach``: the
+scheduler's reach for the row's recipe at the release's defaults), the releases whose entries in ``data/engines.json`` give
 the buffer the same sizing and check (and ``history`` for the seeds), and the launch flags of
-``data/repro.json``. A scheduler-derived reach or measured per-release buffers replace the
-pieces here without changing the callers.
+``data/repro.json``. Measured per-release buffers replace the release ranges here without
+changing the callers.
 """
 
 from __future__ import annotations
@@ -150,9 +150,10 @@ def _scheduler(finding: Finding) -> str:
         return (f"within the scheduler's cap: a request that runs to {finding.first_failing} committed tokens "
                 f"(the cap is {cap}, {rule.sources.get('committed_cap', '')})")
     past = finding.first_failing - cap
+    reach = (f"a run reaches {finding.reachable_len} ({finding.reach_why})" if finding.reachable_len and finding.reach_why
+             else f"a run reaches {finding.reachable_len}" if finding.reachable_len else "")
     return (f"past the scheduler's cap ({cap}, {rule.sources.get('committed_cap', '')}): a step must carry the "
-            f"request {past} token{'s' if past > 1 else ''} past it; the workbench's reach assumes an overshoot "
-            f"of {rule.overshoot} (multi-token acceptance or the overlap scheduler; {rule.sources.get('overshoot', '')})")
+            f"request {past} token{'s' if past > 1 else ''} past it; {reach}")
 
 
 def _batch_and_pool(finding: Finding) -> tuple[str, str]:

@@ -53,6 +53,7 @@ class Finding:
     seed: str | None = None  # the seed's name, for the three seeds
     story: str = ""
     extra: dict[str, object] = field(default_factory=dict)  # kind-specific inputs (the allocator's pool)
+    reach_why: str = ""  # how the reach was obtained (recipe, overlap, scheduler facts), as the atlas row says
 
     @property
     def version(self) -> str:
@@ -97,7 +98,7 @@ def from_atlas_row(row: pd.Series) -> Finding:
         first_failing=first if first is not None else 0, reachable_len=_int(row.reachable_len), status=str(row.status),
         setting=setting, batch=_int(row.get("batch")) or 1, pool_tokens=_int(row.get("pool_tokens")),
         buffer_width=_int(row.get("buffer_width")), safe_bytes=_int(row.get("safe_bytes")),
-        engine_bytes=_int(row.get("engine_bytes")), message=str(row.error or ""))
+        engine_bytes=_int(row.get("engine_bytes")), message=str(row.error or ""), reach_why=str(row.get("reach_why") or ""))
 
 
 def atlas_findings(summary: pd.DataFrame, *, include_unreachable: bool = False) -> list[Finding]:
@@ -163,7 +164,7 @@ def _seed_allocator(seed: Seed) -> Finding:
 
 
 def seed_findings() -> list[Finding]:
-    """The three seeds, before their fixes, in the spec's order."""
+    """The three seeds, before their fixes, in the order docs/engine-facts.md#crash-reports-and-fixes lists them."""
     return [_seed_allocator(s) if s.name == "allocator" else _seed_table(s) for s in SEEDS]
 
 
