@@ -32,6 +32,12 @@ class Drawn:
     uirevision: str = ""  # a zoom is kept while this stays the same (e.g. the same context length)
 
 
+def error_line(err: BaseException) -> str:
+    """An explorer's failure as the one line it shows under its controls."""
+    message = " ".join(str(err).split()) or "no message"
+    return f"error: {type(err).__name__}: {message}"
+
+
 def _empty_figure(reason: str) -> Any:
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
@@ -120,7 +126,10 @@ class LivePanel:
         self.redraw()
 
     def redraw(self) -> Drawn:
-        drawn = self.draw(self.values())
+        try:
+            drawn = self.draw(self.values())
+        except Exception as err:  # shown in the explorer itself, never only in JupyterLab's log console
+            drawn = Drawn(error_line(err), True, None)
         colour = FAILED_COLOUR if drawn.failed else OK_COLOUR
         self.outcome.value = f'<b style="color:{colour}">{html.escape(drawn.summary)}</b>'
         self.figure.show(drawn.figure if drawn.figure is not None else _empty_figure(drawn.summary), drawn.uirevision)
