@@ -52,10 +52,13 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[A
     return out, runs, log.getvalue()
 
 
-def git_status(root: Path = Path(__file__).resolve().parents[1]) -> str | None:
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def git_status() -> str | None:
     """``git status --porcelain`` of the checkout, untracked files listed one by one; None outside a clone."""
     try:
-        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=CHECKOUT,
                               capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -90,7 +90,7 @@ def test_a_jupyterlab_save_of_every_notebook_leaves_git_status_clean(small_repor
     repo = tmp_path / "clone"
     (repo / "scripts").mkdir(parents=True)
     shutil.copytree(NOTEBOOKS_DIR, repo / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    for name in ("pyproject.toml", ".gitattributes", "scripts/nbstrip.py", "scripts/install_git_filters.sh"):
+    for name in ("pyproject.toml", ".gitattributes", ".gitignore", "scripts/nbstrip.py", "scripts/install_git_filters.sh"):
         shutil.copy(ROOT / name, repo / name)
     _git(repo, "init", "-q")
     subprocess.run(["bash", "scripts/install_git_filters.sh", sys.executable], cwd=repo, check=True)

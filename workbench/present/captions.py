@@ -17,8 +17,9 @@ NOT_FAILURES = ["ok", "out-of-memory"]
 
 
 def failure_map_claims(sweep: pd.DataFrame, source: str) -> list[Claim]:
-    """Per rule and mode, the context lengths at which some configuration fails within reach, and how
-    (loud or silent, by replay where the sweep has more than one); a rule that never fails says so."""
+    """Per rule (and replay, where the sweep has more than one), the context lengths at which some
+    configuration fails within reach, for the modes that fail at the same ones, and how (loud or
+    silent); the modes where nothing fails; a rule that never fails says so once."""
     claims = []
     replays = list(dict.fromkeys(sweep["replay"])) if sweep["replay"].nunique() > 1 else [None]
     for rule in dict.fromkeys(sweep["rule"]):
@@ -27,17 +28,25 @@ def failure_map_claims(sweep: pd.DataFrame, source: str) -> list[Claim]:
             rows = sweep[(sweep["rule"] == rule) & ((sweep["replay"] == replay) if replay else True)]
             name = f"{rule} ({replay} replay)" if replay else rule
             failing = rows[rows["first_failing_seq_len"].notna()]
-            if failing.empty:
-                claims.append(claim("", source, sweep, "count", None,
-                                    scope + [["first_failing_seq_len", "notnull", None]],
-                                    empty=f"{name} never fails up to what a run reaches"))
-                continue
+            groups: dict[tuple[int, ...], list[str]] = {}  # the failing contexts -> the modes failing there
             for mode in dict.fromkeys(rows["mode"]):
-                where = scope + [["mode", "==", mode], ["first_failing_seq_len", "notnull", None]]
-                how = SILENT if set(failing[failing["mode"] == mode]["outcome"]) <= set(SILENT_OUTCOMES) else LOUD
-                claims.append(claim(f"{name} {how} in {mode} at ctx {{values}}", source,
-                                    sweep, "set", "context_len", where, empty=f"{name} never fails in {mode}"))
+                contexts = tuple(sorted(int(c) for c in set(failing[failing["mode"] == mode]["context_len"])))
+                groups.setdefault(contexts, []).append(mode)
+            for contexts, modes in groups.items():
+                where = scope + [["mode", "in", modes], ["first_failing_seq_len", "notnull", None]]
+                if not contexts:
+                    never = "never fails up to what a run reaches" if len(groups) == 1 else f"never in {_and(modes)}"
+                    claims.append(claim("", source, sweep, "count", None, where, empty=f"{name} {never}"))
+                    continue
+                outcomes = set(failing[failing["mode"].isin(modes)]["outcome"])
+                how = SILENT if outcomes <= set(SILENT_OUTCOMES) else LOUD
+                claims.append(claim(f"{name} {how} at ctx {{values}} in {_and(modes)}", source, sweep, "set", "context_len",
+                                    where))
     return claims
+
+
+def _and(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
 
 
 def fix_cost_claims(cost: pd.DataFrame, source: str) -> list[Claim]:
@@ -70,15 +79,15 @@ def with_fit(exact_fit: pd.DataFrame) -> pd.DataFrame:
 
 
 def exact_fit_claims(exact_fit: pd.DataFrame, source: str) -> list[Claim]:
-    """Per gather: that it never fails, or on how many pools of each kind (exact, short, spare) it
-    fails and how."""
+    """Per gather: that it never fails, or how it fails and on how many pools of each kind (exact,
+    short, spare)."""
     claims = []
     for gather in dict.fromkeys(exact_fit["gather"]):
         failing = [["gather", "==", gather], ["outcome", "not in", NOT_FAILURES]]
         claims.append(claim(f"{gather} fails with {{values}}", source, exact_fit, "set", "outcome", failing,
                             empty=f"{gather} never fails"))
-        for fit in ("exact", "short", "spare"):
-            claims.append(claim(f"on {{values}} {fit} pools", source, exact_fit, "count", None,
+        for fit, pools in (("exact", "exact-fit"), ("short", "short"), ("spare", "spare")):
+            claims.append(claim(f"{gather} fails on {{values}} {pools} pools", source, exact_fit, "count", None,
                                 failing + [["fit", "==", fit]], empty=""))
     return claims
 
@@ -100,7 +109,7 @@ def share_claims(shares: pd.DataFrame, source: str, fixed_variants: list[str]) -
     """The failing share's range per swept parameter for the legacy variants, and zero for the fixed ones."""
     legacy = [["variant", "not in", fixed_variants]]
     return [
-        claim("the legacy rule and gather fail in up to {values} of the runs at a point", source, shares, "max", "share",
+        claim("at most {values} runs of the legacy rule or gather fail at one point", source, shares, "max", "failed_runs",
               legacy),
         claim("{values} runs of the fixed rule and gather fail", source, shares, "count", None,
               [["variant", "in", fixed_variants], ["share", ">", 0]], empty="the fixed rule and gather never fail"),
@@ -113,12 +122,12 @@ def atlas_claims(summary: pd.DataFrame, source: str) -> list[Claim]:
     reachable = [["status", "==", "reachable"]]
     past = [["status", "==", "unreachable"]]
     return [
-        claim(f"{{values}} rows {LOUD} in a real run (red)", source, summary, "count", None,
+        claim(f"{LOUD} in a real run: {{values}} rows (red)", source, summary, "count", None,
               reachable + [["outcome", "not in", list(SILENT_OUTCOMES)]]),
-        claim(f"{{values}} {SILENT} (orange)", source, summary, "count", None,
+        claim(f"{SILENT}: {{values}} (orange)", source, summary, "count", None,
               reachable + [["outcome", "in", list(SILENT_OUTCOMES)]]),
-        claim(f"{{values}} {PAST_REACH} (blue)", source, summary, "count", None, past),
-        claim("their margins from +{0} to +{1} tokens", source, summary, "range", "margin", past, empty=""),
-        claim(f"{{values}} {SAFE} at every committed length the table holds (green)", source, summary, "count", None,
+        claim(f"{PAST_REACH}: {{values}} (blue)", source, summary, "count", None, past),
+        claim("margins past reach from +{0} to +{1} tokens", source, summary, "range", "margin", past, empty=""),
+        claim(f"{SAFE} at every committed length the table holds: {{values}} (green)", source, summary, "count", None,
               [["status", "==", "safe"]]),
     ]

@@ -158,10 +158,11 @@ def _table_figure(state: ExplorerState, case: TableCase, device: str) -> Any:
     trace = request_trace(case, steps=TRACE_STEPS, device=device, last=s)  # the steps a run takes, up to s
     step = trace[trace["seq_len"] == s].iloc[0]  # the explored step, as the trace executed it
     fig = request_trace_plot(trace, mark_seq_len=s)
-    fig.update_layout(title={"text": (
+    fig.update_layout(title={"font": {"size": 14}, "text": (
         f"{case.component} · rule {case.rule} · {case.mode.value} · ctx {state.context_len:,} · ps {state.page_size}"
-        f" · D {state.draft_tokens}<br><sup>at s = {s:,}: {step['outcome']} (reads {int(step['reads']):,} tokens;"
-        f" buffer {int(step['buffer_capacity_tokens']):,} tokens, W {int(step['request_table_width']):,})</sup>")})
+        f" · D {state.draft_tokens} · {state.width_gen} · {state.drafter}<br><sup>at s = {s:,}: {step['outcome']}"
+        f" (reads {int(step['reads']):,} tokens; buffer {int(step['buffer_capacity_tokens']):,} tokens,"
+        f" W {int(step['request_table_width']):,})</sup>")})
     return fig
 
 

@@ -87,12 +87,16 @@ def preflight_box(command: str, engine: str = "") -> Any:
     out = w.Output(layout=w.Layout(width="100%"))
     out.add_class("workbench-outcome")
     words = w.HTML()
+    words.add_class("workbench-words")
+    redraws = [0]
 
     def redraw(_: object = None) -> None:
         status, shown, result = checked(text.value, version.value)
-        words.value = rows_html(result) if result is not None else ""  # bad input: the line below says why
         # Replace the output's stream directly: it redraws in a kernel and is readable without one
         out.outputs = ({"output_type": "stream", "name": "stdout", "text": f"exit status {status}\n{shown}\n"},)
+        redraws[0] += 1  # numbered, last, so a test knows the page shows this whole check (``data-redraw``)
+        listed = rows_html(result) if result is not None else ""  # bad input: the line below says why
+        words.value = f'<div data-redraw="{redraws[0]}">{listed}</div>'
 
     text.observe(redraw, names="value")
     version.observe(redraw, names="value")

@@ -39,7 +39,8 @@ h1 { font-size: 1.4rem; margin: 0.2rem 0; } h2 { font-size: 1.15rem; margin: 1.2
   border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; } td, th { padding: 0.15rem 0.45rem; border: 1px solid #ddd; text-align: left; }
 th { background: #f4f4f4; } .failed { color: #b00020; font-weight: 600; }
-table.findings { font-size: 11.5px; } table.findings td { white-space: nowrap; padding: 0.1rem 0.3rem; } table.findings th { font-size: 11px; padding: 0.1rem 0.3rem; }
+table.findings { font-size: 11.5px; } table.findings td { white-space: nowrap; padding: 0.1rem 0.3rem; }
+table.findings th { font-size: 11px; padding: 0.1rem 0.3rem; }
 .lede, .counts { margin: 0.3rem 0; } .badge { padding: 0 0.35rem; border-radius: 3px; }
 .figure { margin: 1rem 0 2rem; } .note { color: #555; font-style: italic; } .caption { color: #333; margin: 0.2rem 0 0.6rem; }
 details { margin: 0.5rem 0; } summary { cursor: pointer; font-weight: 600; font-size: 1.05rem; }
