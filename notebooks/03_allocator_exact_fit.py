@@ -105,7 +105,7 @@ from workbench.present.captions import exact_fit_claims
 from workbench.present.plots import exact_fit_map
 
 publish(exact_fit_map(exact_fit), "03_allocator_exact_fit", exact_fit, exact_fit_claims(exact_fit, "03_allocator_exact_fit"),
-        "Each gather on every batch and pool around the exact fit (black dash: the pages the batch opens).")
+        "Each gather on every batch and pool around the exact fit (black bar: the pages the batch opens).")
 
 # %% [markdown]
 # ## Explorer: one `alloc_decode` call, live

@@ -153,12 +153,12 @@ def fix_cost_plot(cost: pd.DataFrame) -> go.Figure:
                     hovertemplate=f"{rule}<br>%{{x}}: %{{y:,}}<extra></extra>",
                 ), row=r, col=c)
             fig.update_yaxes(rangemode="tozero", row=r, col=c, tickformat=",d" if column == "extra_bytes" else "~g", title_text=(
-                f"extra bytes over {baseline} (bytes)" if column == "extra_bytes" else "extra share of KV budget (ppb)"))
+                f"extra bytes over {baseline} (bytes)" if column == "extra_bytes" else "extra share of KV budget (parts per billion)"))
             fig.update_xaxes(title_text="model preset", row=r, col=c)
     fig.update_layout(barmode="group", legend={"title": {"text": "rule"}, "orientation": "h", "y": -0.2 / len(components),
                                                "yanchor": "top", "x": 0})
     fig.update_yaxes(gridcolor="#eeeeee")
-    title = f"What each rule costs beyond the {baseline} rule (max_bs rows, int32; ppb = parts per billion)"
+    title = f"What each rule costs beyond the {baseline} rule (max_bs rows of int32)"
     if notes:
         title += "<br><sup>" + "; ".join(notes) + "</sup>"
     return _base_layout(fig, title, 200 + 380 * len(components), margin={"b": 130, "t": 110})
