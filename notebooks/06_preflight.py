@@ -76,7 +76,8 @@ preflight_box(command, engine)
 # %% [markdown]
 # ## Worked deployments, before and after the fixes
 #
-# The three seeds as the commands that were run. "Before" is a version with the fix undone:
+# The three seeds as the commands that were run, one row each before and after the fix, its worst
+# row in the report's words (`results` holds the whole check). "Before" is a version with the fix undone:
 # the `+revert-...` entries are *pseudo-versions* (0.5.23 with one line reverted, named in
 # `data/launch_defaults.json`) until the conformance tool confirms released versions; vLLM's
 # 0.23.0 and 0.33.0 are releases (the 46074 report, fixed by PR 50302; [the engine facts](../docs/engine-facts.md)).
@@ -96,9 +97,9 @@ GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --cont
 VLLM = ("vllm serve zai-org/GLM-5.2-FP8 --max-model-len 350000 --block-size 64 "
         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
 WORKED = {  # deployment: (command, version before the fix, version after it)
-    "QwQ-32B NGRAM on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
-    "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
-    "vLLM GLM-5.2 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
+    "QwQ-32B, Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
+    "GLM-5.2, DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
+    "vLLM 46074": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
 }
 
 results = {}
@@ -109,14 +110,14 @@ for name, (cmd, before, after) in WORKED.items():
         results[name, when] = result
         worst = min((r for r in result.rows if r.kind == "table"), default=None,
                     key=lambda r: r.margin if r.margin is not None else 1 << 30)
-        rows.append({  # the verdict first: a reader sees it without scrolling; the long sentence is `results`'
-            "deployment": name, "fix": when, "exit status": result.status, "worst row": row_word(worst) if worst else None,
-            "engine": version, "buffer": worst.buffer if worst else None, "mode": worst.mode if worst else None,
+        rows.append({  # the verdict first, every cell short: the table fits the notebook's width unwrapped
+            "deployment": name, "fix": when, "exit": result.status, "worst row": row_word(worst) if worst else None,
+            "engine": version, "mode": worst.mode if worst else None,
             "first failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
-            "margin": worst.margin if worst else None, "outcome": worst.outcome if worst else None,
+            "margin": worst.margin if worst else None,
         })
-worked = pd.DataFrame(rows)
-worked.style.hide(axis="index")
+worked = pd.DataFrame(rows).astype({"first failing": "Int64", "reach": "Int64", "margin": "Int64"})
+worked.style.hide(axis="index").set_table_styles([{"selector": "td, th", "props": "white-space: nowrap"}])
 
 # %% [markdown]
 # ## Assertions (this notebook is also a regression test)
@@ -129,20 +130,20 @@ worked.style.hide(axis="index")
 # gone on 0.33.0.
 
 # %%
-qwq_before, qwq_after = results["QwQ-32B NGRAM on Ascend", "before"], results["QwQ-32B NGRAM on Ascend", "after"]
+qwq_before, qwq_after = results["QwQ-32B, Ascend", "before"], results["QwQ-32B, Ascend", "after"]
 verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
 assert qwq_before.status == 1 and verify.first_failing == 32753 and verify.outcome == "shape-error"
 assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
 assert qwq_after.status == 0 and after_verify.margin == 112 and after_verify.first_failing == 32881
 
-glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
+glm_before, glm_after = results["GLM-5.2, DSA", "before"], results["GLM-5.2, DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
 assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_verify.reachable
 assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
 assert glm_after.status == 0
 
-vllm_before, vllm_after = results["vLLM GLM-5.2 at 350000 (46074)", "before"], results["vLLM GLM-5.2 at 350000 (46074)", "after"]
+vllm_before, vllm_after = results["vLLM 46074", "before"], results["vLLM 46074", "after"]
 g = vllm_before.deployment.geometry
 assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
 assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (docs/engine-facts.md)
