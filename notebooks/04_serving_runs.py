@@ -161,7 +161,7 @@ fig = px.line(qwq_steps, x="step", y="committed", color="request", facet_col="ru
               title="QwQ-32B, D=16: committed length per request and verify step (geometric acceptance 0.6)")
 fig.for_each_annotation(lambda a: a.update(text="rule " + a.text.split("=")[-1]))
 fig.add_hline(y=boundary.first_failing_seq_len, line_dash="dot", annotation_text=f"boundary {boundary.first_failing_seq_len}",
-              annotation_position="bottom right")
+              annotation_position="top left")  # above the line, left: clear of the requests' lines
 failed = qwq_steps[qwq_steps["failing"]]
 fig.add_scatter(x=failed["step"], y=failed["committed"], mode="markers", marker_symbol="x", marker_size=14,
                 marker_color="#c62828", name="first failure (shape-error)", row=1, col=1)
