@@ -88,6 +88,11 @@ def claim_problems(out: Path) -> list[str]:
             said = numbers_in(claim["text"])
             if not set(said) <= _as_numbers(values):
                 problems.append(f"{path.stem}: {claim['text']!r} states {said}, the data {values}")
+            # ... and states every value it claims (a list that leaves one out says something else)
+            unsaid = [v for v in claim["values"] if claim["text"] and (
+                float(v) not in said if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v) not in claim["text"])]
+            if unsaid and values not in ([0], []):
+                problems.append(f"{path.stem}: {claim['text']!r} leaves out {unsaid}")
             if claim["text"] and claim["text"] not in caption:
                 problems.append(f"{path.stem}: {claim['text']!r} is not in the caption")
             stated |= _as_numbers(values)
