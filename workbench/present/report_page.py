@@ -64,8 +64,9 @@ VERDICT_INTRO = (
     "<b>no reachable failure</b> (no committed length up to what a run reaches, <code>ctx - 1 + overshoot</code>, "
     "fails in any configuration swept; lengths past it are not searched here, the atlas searches them), "
     "<b>fails loudly at s = N</b> (a step raises; N is the first failing committed length of the configuration "
-    "that fails earliest past its context, with that configuration) or <b>fails silently</b> (nothing raises, a "
-    "kernel would read past the table or the free list), and how many of the configurations swept fail. "
+    "that fails earliest past its context, with that configuration: ctx, page size ps, draft tokens D and the request "
+    "table's width generation g1 / g3) or <b>fails silently</b> (nothing raises, a kernel would read past the table or "
+    "the free list), and how many of the configurations swept fail. "
     "Which rule a release ships, and what a real run of it meets, is the findings table above."
 )
 
