@@ -29,11 +29,14 @@
 # overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
 #
 # Exit statuses as on the command line: 0 safe, 1 a failure a run reaches, 2 bad input, 3 not
-# decidable here (a buffer no backend on this branch models).
+# decidable here (a buffer no backend on this branch models). Each row's word is the report's and the
+# atlas's: **fails loudly** or **fails silently** (a run reaches it), **fails past reach**, **safe**.
+# Every word is in the [glossary](../docs/glossary.md); the defaults' sources are in
+# [the engine facts](../docs/engine-facts.md), the reach in [the semantics](../docs/semantics.md).
 
 # %% tags=["parameters"]
 device = "cpu"  # the report passes the resolved device; probes run there
-output_dir = "../reports"  # nothing is written: the notebook has no figure
+output_dir = "../reports"  # nothing is written: the notebook has no figure (relative: to this notebook's folder)
 cache_dir = "../data/cache"  # unused; every notebook takes it
 
 # The command in the text box, and the engine version it is checked under ("" = the newest modelled)
@@ -73,15 +76,17 @@ preflight_box(command, engine)
 # %% [markdown]
 # ## Worked deployments, before and after the fixes
 #
-# The three seeds as the commands that were run. "Before" is a version with the fix undone:
+# The three seeds as the commands that were run, one row each before and after the fix, its worst
+# row in the report's words (`results` holds the whole check). "Before" is a version with the fix undone:
 # the `+revert-...` entries are *pseudo-versions* (0.5.23 with one line reverted, named in
 # `data/launch_defaults.json`) until the conformance tool confirms released versions; vLLM's
-# 0.23.0 and 0.33.0 are releases (engines.md section 5: the 46074 report, fixed by PR 50302).
+# 0.23.0 and 0.33.0 are releases (the 46074 report, fixed by PR 50302; [the engine facts](../docs/engine-facts.md)).
 
 # %%
 import pandas as pd
 
 from workbench.preflight import check as run_check
+from workbench.present.preflight_box import row_word
 
 QWQ = ("python -m sglang.launch_server --model-path Qwen/QwQ-32B --context-length 32768 --device npu "
        "--attention-backend ascend --page-size 128 --speculative-algorithm NGRAM "
@@ -92,9 +97,9 @@ GLM = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --cont
 VLLM = ("vllm serve zai-org/GLM-5.2-FP8 --max-model-len 350000 --block-size 64 "
         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
 WORKED = {  # deployment: (command, version before the fix, version after it)
-    "QwQ-32B NGRAM on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
-    "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
-    "vLLM GLM-5.2 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
+    "QwQ-32B, Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
+    "GLM-5.2, DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
+    "vLLM 46074": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
 }
 
 results = {}
@@ -105,43 +110,43 @@ for name, (cmd, before, after) in WORKED.items():
         results[name, when] = result
         worst = min((r for r in result.rows if r.kind == "table"), default=None,
                     key=lambda r: r.margin if r.margin is not None else 1 << 30)
-        rows.append({
-            "deployment": name, "fix": when, "engine": version, "status": result.status,
-            "buffer": worst.buffer if worst else None, "mode": worst.mode if worst else None,
-            "first_failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
-            "margin": worst.margin if worst else None, "outcome": worst.outcome if worst else None,
-            "verdict": result.verdict,
+        rows.append({  # the verdict first, every cell short: the table fits the notebook's width unwrapped
+            "deployment": name, "fix": when, "exit": result.status, "worst row": row_word(worst) if worst else None,
+            "engine": version, "mode": worst.mode if worst else None,
+            "first failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
+            "margin": worst.margin if worst else None,
         })
-worked = pd.DataFrame(rows)
-worked
+worked = pd.DataFrame(rows).astype({"first failing": "Int64", "reach": "Int64", "margin": "Int64"})
+worked.style.hide(axis="index").set_table_styles([{"selector": "td, th", "props": "white-space: nowrap"}])
 
 # %% [markdown]
 # ## Assertions (this notebook is also a regression test)
 #
-# Expected numbers are the spec's and engines.md's worked cases: the QwQ verify at 32753 before
+# Expected numbers are the worked cases of [the semantics](../docs/semantics.md) and
+# [the engine facts](../docs/engine-facts.md): the QwQ verify at 32753 before
 # the first fix (`256` against `257` pages), 112 tokens of margin under 0.5.23 (first failure at
 # 32881, a run reaches 32769); the GLM verify at 90001 before the second fix; the 46074 report's
 # expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's 5470),
 # gone on 0.33.0.
 
 # %%
-qwq_before, qwq_after = results["QwQ-32B NGRAM on Ascend", "before"], results["QwQ-32B NGRAM on Ascend", "after"]
+qwq_before, qwq_after = results["QwQ-32B, Ascend", "before"], results["QwQ-32B, Ascend", "after"]
 verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
 assert qwq_before.status == 1 and verify.first_failing == 32753 and verify.outcome == "shape-error"
 assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
 assert qwq_after.status == 0 and after_verify.margin == 112 and after_verify.first_failing == 32881
 
-glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
+glm_before, glm_after = results["GLM-5.2, DSA", "before"], results["GLM-5.2, DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
 assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_verify.reachable
 assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
 assert glm_after.status == 0
 
-vllm_before, vllm_after = results["vLLM GLM-5.2 at 350000 (46074)", "before"], results["vLLM GLM-5.2 at 350000 (46074)", "after"]
+vllm_before, vllm_after = results["vLLM 46074", "before"], results["vLLM 46074", "after"]
 g = vllm_before.deployment.geometry
 assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
-assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (engines.md 5)
+assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (docs/engine-facts.md)
 assert (vllm_before.status, vllm_after.status) == (1, 0), (vllm_before.verdict, vllm_after.verdict)
 indexer = next(r for r in vllm_before.rows if r.buffer == "expanded_block_table_buffer")
 assert indexer.message is not None and "(5469) must match the existing size (5470)" in indexer.message

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,5 +49,21 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[A
 
     out = tmp_path_factory.mktemp("small-report")
     log = io.StringIO()
+    before = git_status()
     runs = build_report(out, "cpu", log, small=True)
+    # What running every notebook did to the checkout (test_clean_runs: nothing)
+    (out / "git-status.json").write_text(json.dumps({"before": before, "after": git_status()}))
     return out, runs, log.getvalue()
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def git_status() -> str | None:
+    """``git status --porcelain`` of the checkout, untracked files listed one by one; None outside a clone."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=CHECKOUT,
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None

@@ -269,7 +269,7 @@ def test_the_preflight_box_redraws_on_change() -> None:
     status, line = check_text(QWQ + " --page-size 0")
     assert status == 2 and line.startswith("error: --page-size: 0 is out of range")
     box = preflight_box(QWQ, PRE_ASCEND)
-    _, text, (version, button), out = box.children[0], box.children[1], box.children[2].children, box.children[3]
+    text, (version, button), out = box.children[1], box.children[2].children, box.children[-1]
     assert "exit status 1" in out.outputs[0]["text"] and "32753" in out.outputs[0]["text"]
     version.value = "sglang==0.5.23"
     assert "exit status 0" in out.outputs[-1]["text"] and "+101" in out.outputs[-1]["text"]
