@@ -124,8 +124,9 @@ worked.style.hide(axis="index").set_table_styles([{"selector": "td, th", "props"
 #
 # Expected numbers are the worked cases of [the semantics](../docs/semantics.md) and
 # [the engine facts](../docs/engine-facts.md): the QwQ verify at 32753 before
-# the first fix (`256` against `257` pages), 112 tokens of margin under 0.5.23 (first failure at
-# 32881, a run reaches 32769); the GLM verify at 90001 before the second fix; the 46074 report's
+# the first fix (`256` against `257` pages), a margin of 101 tokens under 0.5.23 (first failure at
+# 32881; a run reaches 32779: NGRAM's 16 accepted drafts with overlap on, 0.5.23's scheduler; margin
+# 32881 - 32779 - 1); the GLM verify at 90001 before the second fix; the 46074 report's
 # expand error on vLLM 0.23.0 (the indexer's buffer of 5469 blocks against the table's 5470),
 # gone on 0.33.0.
 
@@ -135,7 +136,8 @@ verify = next(r for r in qwq_before.rows if r.mode == "target-verify")
 assert qwq_before.status == 1 and verify.first_failing == 32753 and verify.outcome == "shape-error"
 assert verify.message == "The size of tensor a (256) must match the size of tensor b (257) at non-singleton dimension 1"
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
-assert qwq_after.status == 0 and after_verify.margin == 112 and after_verify.first_failing == 32881
+assert qwq_after.status == 0 and after_verify.first_failing == 32881 and after_verify.reach == 32779
+assert after_verify.margin == 32881 - 32779 - 1
 
 glm_before, glm_after = results["GLM-5.2, DSA", "before"], results["GLM-5.2, DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
