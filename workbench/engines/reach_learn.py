@@ -110,8 +110,11 @@ def worker_main() -> int:
     job = json.loads(sys.stdin.read())
     from workbench.engines import checks, standins
 
-    checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job["extra"]])
+    real = ["triton"] if job.get("triton") else []
+    if not real:
+        checks.settle_torch_without_triton()
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job["extra"]], real=real,
+                     visible=job.get("visible", []))
     modules: dict[str, Any] = checks.import_modules(("schedule_batch", "scheduler", "sampling_params"), {})
     for name in ("eagle_info", "ngram_info"):  # the verify inputs, where the release has these modules
         with contextlib.suppress(ImportError):
@@ -140,8 +143,16 @@ def learn(engine: str) -> Path:
     if read is None:
         raise ValueError(f"{engine}: no entry in {READ_FACTS.name} (read its max_req_len and overlap default first)")
     install = wheels.fetch(engine)
-    extra = [str(install.torchvision)] if read.get("load", {}).get("torchvision") else []
-    job = {"package_dir": str(install.package_dir), "deps": str(install.deps), "extra": extra}
+    torchvision = read.get("load", {}).get("torchvision")
+    extra = [str(install.torchvision)] if torchvision else []
+    # "triton": the release's modules assert at import that their kernels are triton's own JITFunction
+    # (0.5.3's CachedKernel): real triton decorates them (never launched; not interpreted)
+    if read.get("load", {}).get("triton"):
+        extra.append(str(wheels.fetch_triton()))
+    job = {"package_dir": str(install.package_dir), "deps": str(install.deps), "extra": extra,
+           # "stand-in": the folder gives transformers torchvision's metadata, a stand-in its code
+           "visible": ["torchvision"] if torchvision == "stand-in" else [],
+           "triton": bool(read.get("load", {}).get("triton"))}
     done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--worker"], input=json.dumps(job),
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
