@@ -109,7 +109,7 @@ def allocated_len(req: Any) -> int:
     return int(_holder(req, "kv_allocated_len").kv_allocated_len)
 
 
-def _req(m: Mapping[str, ModuleType], i: int, input_len: int) -> Any:
+def new_req(m: Mapping[str, ModuleType], i: int, input_len: int) -> Any:
     sampling = m["sampling_params"]
     params = sampling.SamplingParams(max_new_tokens=64)
     params.normalize(SimpleNamespace(encode=lambda text, add_special_tokens=False: [7] * len(text)))
@@ -172,7 +172,7 @@ def build_batch(m: Mapping[str, ModuleType], state: State, width: int, backing: 
     cache = _cache(m, pool, allocator, state["page_size"])
     reqs = []
     for i, (row, committed, allocated) in enumerate(zip(state["rows"], state["committed"], state["allocated"])):
-        req = _req(m, i, state["input_lens"][i])
+        req = new_req(m, i, state["input_lens"][i])
         _give_kv(m, req, allocated)
         for name, value in (("req_pool_idx", row), ("kv_committed_len", committed), ("kv_allocated_len", allocated)):
             setattr(_holder(req, name), name, value)
