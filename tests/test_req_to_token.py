@@ -135,8 +135,9 @@ def test_the_engine_scheduler_forms_batches_at_the_reservation_reach() -> None:
     orders, measuring the committed length each batch is formed at (``reach_learn --reach``)."""
     if wheels.cached("sglang==0.5.23") is None:
         pytest.skip("sglang 0.5.23 is not cached (workbench conformance --engine sglang==0.5.23 fetches it)")
-    cases = [{"context_len": 32768, "max_accept": 16, "speculative": True, "order": o, "measure": "reserved"}
-             for o in ("overlap", "normal")]
+    # prompts the scheduler admits only (at most ctx - 7: reqtable_verify's validate_input_length run)
+    cases = [{"context_len": 32768, "max_accept": 16, "speculative": True, "order": o, "measure": "reserved",
+              "min_room": 7} for o in ("overlap", "normal")]
     done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--reach", "sglang==0.5.23"],
                           input=json.dumps(cases), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -190,3 +191,33 @@ def test_the_engine_spills_where_the_model_says(engine: str) -> None:
         assert found["engine_first_spill"] == rt.first_failure(g, str(entry["rule"])), found
         spilled = rt.next_lens(g, str(entry["rule"]), [32761], [32761])[0] - g.request_table_width
         assert found["at 32761, neighbour in row 2"]["entries"] == max(0, spilled)
+
+
+QWQ = "python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4 --attention-backend fa3 --speculative-algorithm "
+
+
+def _reservation(command: str) -> object:
+    from workbench.preflight import check
+
+    rows = [r for r in check(command, engine="sglang==0.5.23").rows if r.kind == "reservation"]
+    assert len(rows) <= 1
+    return rows[0] if rows else None
+
+
+def test_the_preflight_reports_the_request_table_for_ngram_16() -> None:
+    """QwQ-32B, NGRAM 16 (topk 10) at ctx 32768: one request whose batch is formed at 32757 or later
+    writes into the next pool row; a run forms batches up to 32763 (overlap on) or 32764 (off)."""
+    on = _reservation(QWQ + "NGRAM --speculative-num-draft-tokens 16")
+    off = _reservation(QWQ + "NGRAM --speculative-num-draft-tokens 16 --disable-overlap-schedule")
+    for row, reach in ((on, 32763), (off, 32764)):
+        assert row is not None and (row.first_failing, row.reach, row.reachable) == (32757, reach, True)
+        assert row.outcome == "silent-overwrite" and "into row 2" in (row.message or "")
+        assert row.margin == 32757 - reach - 1 and row.batch == 1 and row.fix is not None
+        assert row.fix.width == 32768 + (reach + 32 - 32768)  # rows wide enough for the reservation at the reach
+
+
+def test_the_preflight_request_table_row_is_safe_for_a_short_reservation() -> None:
+    row = _reservation(QWQ + "EAGLE --speculative-draft-model-path d --speculative-num-steps 3 "
+                       "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
+    assert row is not None and row.first_failing == 32769 and not row.reachable and row.margin == 32769 - 32763 - 1
+    assert _reservation("python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4") is None  # no speculation

@@ -41,6 +41,9 @@ from workbench.engines.launch import LaunchVersion, load_launch_data
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 MAX_OVERSHOOT = 1024  # far past anything a step carries (D is at most 1024)
+# A prompt is admitted below max_req_input_len = max_req_len - 5 (tp_worker.py:572 in 0.5.23, 155 in
+# 0.5.2; validate_input_length refuses len >= it, managers/utils.py:259-289): at most max_req_len - 6.
+ADMITTED_BELOW = 6
 ACCEPT_FORMS = ("min(steps + 1, draft_tokens)", "draft_tokens")
 
 
@@ -268,8 +271,14 @@ def reservation_reach(rule: ReachRule, g: ServingGeometry, conditions: Condition
     facts = rule.scheduler
     overlap = cond.overlap if cond.overlap is not None else facts.overlap_default["speculative"]
     budget = request_budget(facts, g.context_len, cond.pool_tokens, g.page_size)
-    largest = longest_reservation(facts, input_len=budget - 3, max_new_tokens=3, overlap=overlap)
-    assert largest is not None
+    # The longest request reserves from T - 2 (T - 3 with the skip); the batch formed while a prefill is
+    # in flight reserves from the prompt itself, the longest the scheduler admits (ADMITTED_BELOW).
+    cap = g.context_len - 1 if cond.pool_tokens is None else min(g.context_len - 1, cond.pool_tokens - 1)
+    prompt = max(1, cap - ADMITTED_BELOW)
+    m = clip(facts, g.context_len, cond.pool_tokens, g.page_size, prompt, None)
+    found = [longest_reservation(facts, input_len=budget - 3, max_new_tokens=3, overlap=overlap),
+             longest_reservation(facts, input_len=prompt, max_new_tokens=m, overlap=overlap)]
+    largest = max(f for f in found if f is not None)
     cap = g.context_len - rule.cap_offset
     terms = [f"T = {budget}" + (f" (pool {cond.pool_tokens}: {cond.pool_source})" if cond.pool_tokens else ""),
              f"overlap {'on' if overlap else 'off'}" + (f" ({cond.overlap_source})" if cond.overlap_source else

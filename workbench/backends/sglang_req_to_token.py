@@ -169,12 +169,13 @@ def safe_extra(g: ServingGeometry, reachable: int, rule: str) -> int:
 
 def probe(g: ServingGeometry, rule: str, check: str, committed: Sequence[int], device: torch.device | str = "cpu"
           ) -> ProbeResult:
-    """The step executed on a table whose rows 1.. hold the batch (row 0: the padding row), each
-    request freshly prefilled (allocated = committed), with spare rows after it."""
+    """The step executed on a table whose rows 1.. hold the batch (row 0: the padding row) and one
+    more pool row after it (another request's, or free), each request freshly prefilled (allocated =
+    committed), with spare memory after the pool."""
     width, bs = g.request_table_width, len(committed)
     nxt = next_lens(g, rule, committed, committed)
     spare = cdiv(max(0, max(nxt) - width), width) + 1
-    table_rows = bs + 1
+    table_rows = bs + 2
     table = torch.full(((table_rows + spare) * width,), -1, dtype=torch.int32, device=device)
     slots = torch.arange(1, 1 + sum(n - c for n, c in zip(nxt, committed)), dtype=torch.int32, device=device)
     try:

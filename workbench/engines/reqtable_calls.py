@@ -55,13 +55,21 @@ def launch_settings(state: State) -> dict[str, Any]:
                            speculative_eagle_topk=state["spec_topk"], speculative_num_draft_tokens=d,
                            max_speculative_num_draft_tokens=d, page_size=state["page_size"],
                            disable_overlap_schedule=False, enable_mamba_extra_buffer=False,
-                           disable_radix_cache=True)
+                           disable_radix_cache=True, enable_mamba_extra_buffer_lazy=_mamba_lazy_off())
     exec_bag = SimpleNamespace(mamba=SimpleNamespace(enable_mamba_extra_buffer_lazy=False))
     parallel = SimpleNamespace(attn_dcp_size=1, dcp_enabled=False, attn_tp_size=1, attn_cp_size=1)
     return {"get_spec": lambda: args, "get_schedule": lambda: args, "get_global_server_args": lambda: args,
-            "get_memory": lambda: args,
+            "get_server_args": lambda: args, "get_memory": lambda: args,
             "get_exec": lambda: exec_bag, "get_parallel": lambda: parallel,
             "max_speculative_num_draft_tokens": lambda: d}
+
+
+def _mamba_lazy_off() -> Any:
+    """Lazy mamba buffers off, in the shape the release's ``ServerArgs`` has: a method in 0.5.17
+    (``server_args.py:8642``), a field elsewhere."""
+    server_args = sys.modules.get("sglang.srt.server_args")
+    declared = getattr(getattr(server_args, "ServerArgs", None), "enable_mamba_extra_buffer_lazy", None)
+    return (lambda: False) if callable(declared) else False
 
 
 def install_launch(state: State) -> None:
@@ -158,9 +166,11 @@ def _draft_input(m: Mapping[str, ModuleType], state: State) -> Any:
     cls = ngram if state["algorithm"] == "NGRAM" and ngram is not None else m["eagle_info"].EagleDraftInput
     made = object.__new__(cls)
     setattr(made, MADE_HERE, True)
-    if "ALLOC_LEN_PER_DECODE" in vars(cls) and getattr(cls, "ALLOC_LEN_PER_DECODE", None) is None:
-        # 0.5.6/0.5.8: the v2 worker sets it at start-up (eagle_worker_v2.py:99 in 0.5.6; read)
-        cls.ALLOC_LEN_PER_DECODE = max(state["spec_steps"] * state["spec_topk"], state["draft_tokens"])
+    for owner in cls.__mro__:
+        if "ALLOC_LEN_PER_DECODE" in vars(owner):
+            # 0.5.6/0.5.8: the v2 worker sets it for its launch at start-up (eagle_worker_v2.py:99-101 in
+            # 0.5.6: max(topk * steps, D); read), so each state's launch sets it again
+            owner.ALLOC_LEN_PER_DECODE = max(state["spec_steps"] * state["spec_topk"], state["draft_tokens"])
     return made
 
 

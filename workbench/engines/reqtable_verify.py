@@ -150,7 +150,11 @@ def worker_main() -> int:
     spec = importlib.import_module("sglang.srt.speculative.eagle_utils") if _has("eagle_utils") else None
     found = ("eagle_prepare_for_decode" if spec is not None and hasattr(spec, "eagle_prepare_for_decode")
              else "EagleDraftInputV2Mixin.prepare_for_decode" if _has("eagle_info_v2") else None)
-    print(json.dumps({"preparation": found, "admission": _admission(m),
+    try:
+        admission: dict[str, Any] = _admission(m)
+    except Exception as error:  # noqa: BLE001 - the scheduler's set-up differs (0.5.17 reads server_args)
+        admission = {"did not run": f"{type(error).__name__}: {error}"[:300]}
+    print(json.dumps({"preparation": found, "admission": admission,
                       "recipes": [_recipe(m, r) for r in RECIPES]}))
     return 0
 

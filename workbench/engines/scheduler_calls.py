@@ -98,6 +98,7 @@ def scheduler(m: Mapping[str, ModuleType], state: State) -> Any:
         allocator = SimpleNamespace(page_size=state["page_size"])
         allocator.max_new_tokens_for_memory = MethodType(base.max_new_tokens_for_memory, allocator)
         made.token_to_kv_pool_allocator = allocator
+    made.server_args = SimpleNamespace(dcp_size=1)  # 0.5.17 reads the DCP width in the memory clip: off
     made.enable_skip_finishing_decode = True
     made.result_queue = deque()
     return made
