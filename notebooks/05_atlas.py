@@ -123,6 +123,13 @@ summary[columns]
 #   never check: there the same batch, and in eager mode a single request, writes past the buffer.
 #   FlashInfer MLA's verify (0.5.18 on) raises torch's size error for a full bucket at `ctx - D + 1`.
 #   We know of no public report of any of these.
+# - **The request table itself is a buffer** (`sglang-req-to-token`, mode `decode-reservation`): a
+#   speculative decode batch reserves `2 * max(steps * topk, D)` slots past its committed length
+#   when it is formed, while a row is `ctx + 4 + D` wide at page size 1. With EAGLE (5, 4, 8) one
+#   request whose batch is formed at 32741 or later writes its reservation into the next pool row
+#   (a **silent overwrite**), and the scheduler forms batches up to 32763-32764: reachable in every
+#   version, checked against each release's own `prepare_for_decode` (README, the request table as a
+#   buffer).
 # - **vLLM's crash reports are rows too**: 46074 (the DSA indexer's unaligned buffer at
 #   `max_model_len` 350000) fails on 0.23.0 and not on 0.33.0; 5563 (V0's graph block tables at
 #   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are
@@ -157,4 +164,8 @@ assert (fixed.outcome, fixed.first_failing_seq_len) == ("host-assert", fixed.con
 triton = worst("sglang-triton-kv-indices")
 assert set(triton.outcome) == {"silent-overwrite"} and set(triton.status) == {"reachable"}, triton
 assert triton.set_index("mode").loc["draft-decode-eager"].batch == 1  # one request is enough
+table = worst("sglang-req-to-token")
+assert set(table.status) == {"reachable"} and set(table.outcome) == {"silent-overwrite"}, table
+reserve = 2 * (table.spec_steps * table.spec_topk).combine(table.draft_tokens, max)  # 2 * max(steps * topk, D)
+assert (table.batch == 1).all() and (table.first_failing_seq_len == table.request_table_width - reserve + 1).all(), table
 
