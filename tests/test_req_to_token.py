@@ -137,7 +137,7 @@ def test_the_engine_scheduler_forms_batches_at_the_reservation_reach() -> None:
         pytest.skip("sglang 0.5.23 is not cached (workbench conformance --engine sglang==0.5.23 fetches it)")
     # prompts the scheduler admits only (at most ctx - 7: reqtable_verify's validate_input_length run)
     cases = [{"context_len": 32768, "max_accept": 16, "speculative": True, "order": o, "measure": "reserved",
-              "min_room": 7} for o in ("overlap", "normal")]
+              "min_room": 7, "max_room": 20} for o in ("overlap", "normal")]
     done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--reach", "sglang==0.5.23"],
                           input=json.dumps(cases), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]

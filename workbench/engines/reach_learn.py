@@ -167,11 +167,12 @@ def learn(engine: str) -> Path:
 def engine_reach(modules: dict[str, Any], case: dict[str, Any]) -> int | None:
     """The largest committed length any request reaches through the engine's functions: every input
     length near the end of the context (each walked over every accept sequence), the longest step.
-    ``min_room``: inputs at most ``ctx - min_room`` (7: only the prompts the scheduler admits)."""
+    ``min_room``: inputs at most ``ctx - min_room`` (7: only the prompts the scheduler admits);
+    ``max_room``: at least ``ctx - max_room`` (default ``3 * a_max + 7``)."""
     ctx, accept = case["context_len"], case["max_accept"]
     found = [scheduler_calls.longest_step(modules, {**case, "pool_tokens": case.get("pool_tokens"), "requested": None,
                                                     "page_size": case.get("page_size", 1), "input_len": ctx - room})
-             for room in range(case.get("min_room", 3), 3 * accept + 8)]
+             for room in range(case.get("min_room", 3), case.get("max_room", 3 * accept + 7) + 1)]
     steps = [f for f in found if f is not None]
     return max(steps) if steps else None
 
