@@ -133,6 +133,11 @@ summary[columns]
 #   added the factor and an `assert`, which stops the server (**host-assert**) instead. The Triton
 #   and AITER drafters never check. FlashInfer MLA's verify (0.5.18 on) raises torch's size error
 #   for a full bucket at `ctx - D + 1`.
+# - **The request table itself is a buffer** (`sglang-req-to-token`, mode `decode-reservation`): a
+#   speculative decode batch reserves `2 * max(steps * topk, D)` slots past its committed length
+#   when it is formed, while a row is `ctx + 4 + D` wide at page size 1, and the writer masks only by
+#   the end offset: past the row the reservation lands in the next pool row (a **silent overwrite**),
+#   checked against each release's own `prepare_for_decode` (README, the request table as a buffer).
 # - **vLLM's crash reports are rows too** (46074: the DSA indexer's unaligned buffer; 5563: V0's
 #   graph block tables with lookahead slots), each run again as a request walking to its cap or,
 #   for the indexer, whose scanned field is a launch setting, as the deployment's step; vLLM's
@@ -173,4 +178,8 @@ assert (fixed.outcome, fixed.first_failing_seq_len) == ("host-assert", fixed.con
 triton = worst("sglang-triton-kv-indices")
 assert set(triton.outcome) == {"silent-overwrite"} and set(triton.status) == {"reachable"}, triton
 assert triton.set_index("mode").loc["draft-decode-eager"].batch == 1  # one request is enough
+table = worst("sglang-req-to-token")
+assert set(table.status) == {"reachable"} and set(table.outcome) == {"silent-overwrite"}, table
+reserve = 2 * (table.spec_steps * table.spec_topk).combine(table.draft_tokens, max)  # 2 * max(steps * topk, D)
+assert (table.batch == 1).all() and (table.first_failing_seq_len == table.request_table_width - reserve + 1).all(), table
 

@@ -49,9 +49,18 @@ def _pooled_named_by(engine: str) -> set[str]:
     return {b.name for b in POOLED_BACKENDS if version.case_fields(b.name)}
 
 
+def _reservation_named_by(engine: str) -> set[str]:
+    """The request table's reservation, where data/engines.json records one for ``engine``."""
+    from workbench.backends import RESERVATION_BACKENDS
+    from workbench.engines.versions import engine_version
+
+    version = engine_version(engine)
+    return {b.name for b in RESERVATION_BACKENDS if version.case_fields(b.name)}
+
+
 def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atlas: pd.DataFrame) -> None:
     assert {"npu-block-table", "dsa-page-table", "sglang-fa3-page-table"} <= _named_by_0523()
-    assert set(atlas.backend) == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
+    assert set(atlas.backend) == _named_by_0523() | _pooled_named_by("sglang==0.5.23") | _reservation_named_by("sglang==0.5.23")
     assert set(atlas[atlas.backend == "dsa-page-table"]["mode"]) == {"decode", "target-verify", "draft-extend"}
     assert set(atlas[atlas.backend == "npu-block-table"]["mode"]) == {"decode", "target-verify", "draft-decode",
                                                                        "draft-extend"}
@@ -123,7 +132,8 @@ def test_the_command_prints_summary_rows_as_json() -> None:
     done = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.5.23", "--json", "--no-runs"],
                           capture_output=True, text=True, check=True)
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {r["backend"] for r in rows} == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
+    assert {r["backend"] for r in rows} == (_named_by_0523() | _pooled_named_by("sglang==0.5.23")
+                                          | _reservation_named_by("sglang==0.5.23"))
     for r in rows:
         assert {"first_failing_seq_len", "reachable_len", "margin", "status", "outcome", "error"} <= set(r)
     bad = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.0.0"],

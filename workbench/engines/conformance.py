@@ -54,10 +54,20 @@ def behaviour(engine: str, path: Path = DEFAULT_VERSIONS) -> tuple[dict[str, Any
             return {**settings, **reach}, load
     if releases.is_listed(engine):  # a listed release without buffer data: the scheduler rows still run
         return {**reach, "backends": {}, "unmodelled": f"{engine} has no entry in data/engines.json "
-                "(only the rows whose model needs none run)"}, {}
+                "(only the rows whose model needs none run)"}, _read_load(engine)
     known = ", ".join(v.get("engine", "?") for v in data.get("versions", []))
     raise ValueError(f"engine: {engine!r} is neither a modelled version ({known}) nor a release listed in "
                      "data/engines/releases.json")
+
+
+def _read_load(engine: str) -> dict[str, Any]:
+    """How a release without an entry here loads, as its reach facts were learned (``reach_read.json``:
+    ``torchvision`` true, or ``"stand-in"``: metadata from the cache's folder, code stood in;
+    ``triton``: triton's own decorators at import, its kernels never interpreted, so never run)."""
+    from workbench.engines.reach_learn import READ_FACTS
+
+    read = json.loads(READ_FACTS.read_text())["releases"].get(engine, {})
+    return dict(read.get("load", {}))
 
 
 def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, triton: bool | None = None,
@@ -71,11 +81,15 @@ def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, tri
     settings, load = behaviour(engine)
     install = wheels.fetch(load.get("wheel", engine))
     triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir() if triton is None else None
+    if load.get("triton"):  # modules that need triton's own decorators to import (0.5.3): never interpreted
+        triton_dir = wheels.fetch_triton()
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
            "patch": load.get("patch"), "only": list(only),
            "triton_dir": str(triton_dir) if triton_dir else None,
-           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
+           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else [],
+           "visible": ["torchvision"] if load.get("torchvision") == "stand-in" else [],
+           "triton_interpret": not load.get("triton")}
     return _run_worker(job, timeout)
 
 

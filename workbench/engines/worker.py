@@ -92,11 +92,11 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
     real = ["triton"] if job.get("triton_dir") else []
     extra = [Path(path) for path in job.get("extra_paths", [])]
     extra += [Path(job["triton_dir"])] if job.get("triton_dir") else []
-    if real:
+    if real and job.get("triton_interpret", True):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     else:
         checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real)
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real, visible=job.get("visible", []))
     if job.get("patch"):
         try:  # the engine's own source patcher, as its pr_fix_toggle uses it
             patcher = importlib.import_module("sglang.srt.debug_utils.source_patcher")

@@ -22,7 +22,7 @@ from workbench.preflight.deployment import Deployment, launch_data
 from workbench.preflight.flags import PreflightError
 from workbench.preflight.resolve_sglang import resolve_sglang
 from workbench.preflight.resolve_vllm import resolve_vllm
-from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
+from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 DEFAULT_GPU = "hopper"
@@ -67,8 +67,9 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     if failing:
         first = failing[0]
         where = {"table": f"{first.mode} at committed length {first.first_failing}",
-                 "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)"
-                 }.get(first.kind, "an exactly full pool")
+                 "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)",
+                 "reservation": f"{first.mode} at committed length {first.first_failing} (one request; its "
+                                "neighbour's row takes the spill)"}.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
                        f"{first.outcome} in {where}{_conditions(deployment, first, rows)}")
     if not deployment.graphs:
@@ -119,6 +120,7 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
     rows += case_rows(deployment, device) if deployment.graphs else []
     rows += pooled_rows(deployment, device)
+    rows += reservation_rows(deployment, device)
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
     status, verdict = _verdict(deployment, rows, missing)
