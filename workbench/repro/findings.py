@@ -14,9 +14,11 @@ and ``seed/<name>`` for the seeds.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 
@@ -117,13 +119,15 @@ def _is_sglang_buffer(name: str) -> bool:
 
 # ---- the seeds -------------------------------------------------------------------------------
 
-# The version before each seed's fix that its script runs: the newest release with the fix's
-# line reverted where the launch data name such a pseudo-version, else the newest release that
-# predates the fix (the DSA fix's "before" needs the dynamic replay, which 0.5.16 removed).
-SEED_PRESETS = {"npu-block-table": "QwQ-32B", "dsa-page-table": "GLM-5.2"}  # the models of their crash reports
-SEED_ENGINES = {"npu-block-table": "sglang==0.5.23+revert-ascend-width",
-                "dsa-page-table": "sglang==0.5.14",
-                "allocator": "sglang==0.5.23+revert-npu-clamp"}
+# Each seed's crash-report model and the version before its fix that its script runs: data, in
+# data/repro.json's ``seeds`` (why each version was chosen is said there).
+_REPRO_DATA = Path(__file__).resolve().parents[2] / "data" / "repro.json"
+
+
+def _seed_entry(seed: Seed) -> dict[str, str]:
+    entry = json.loads(_REPRO_DATA.read_text())["seeds"][seed.name]
+    assert isinstance(entry, dict)
+    return entry
 
 
 def _seed_table(seed: Seed) -> Finding:
@@ -134,14 +138,14 @@ def _seed_table(seed: Seed) -> Finding:
     backend = backends.backend_of(case.component)
     reach = backend.reachable_len(g, case.mode, case.step_id)
     failing = found.failing
-    setting: dict[str, object] = {"preset": SEED_PRESETS.get(seed.name, ""), "recipe": "",
+    setting: dict[str, object] = {"preset": _seed_entry(seed)["preset"], "recipe": "",
                                   "context_len": g.context_len, "page_size": g.page_size,
                                   "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps, "spec_topk": g.spec_topk,
                                   "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs,
                                   "request_table_width": g.request_table_width, "width_gen": g.width_gen,
                                   "step_id": case.step_id}
     return Finding(
-        id=f"seed/{seed.name}", engine=SEED_ENGINES[seed.name], backend=backend.name, mode=case.mode.value,
+        id=f"seed/{seed.name}", engine=_seed_entry(seed)["engine"], backend=backend.name, mode=case.mode.value,
         rule=case.rule, check=case.replay.value, outcome=failing.outcome.value if failing else "ok",
         first_failing=found.first_failing_seq_len or 0, reachable_len=reach, status="seed", setting=setting,
         buffer_width=backend.width(g, case.rule), message=failing.error if failing and failing.error else "",
@@ -155,7 +159,7 @@ def _seed_allocator(seed: Seed) -> Finding:
 
     result = probe(case)
     return Finding(
-        id=f"seed/{seed.name}", engine=SEED_ENGINES[seed.name], backend="sglang-npu-allocator", mode="decode",
+        id=f"seed/{seed.name}", engine=_seed_entry(seed)["engine"], backend=_seed_entry(seed)["backend"], mode="decode",
         rule=case.gather.value, check="alloc_decode", outcome=result.outcome.value, first_failing=len(case.free_pages),
         reachable_len=None, status="seed",
         setting={"page_size": case.page_size, "seq_lens": list(case.seq_lens), "last_loc": list(case.last_loc),

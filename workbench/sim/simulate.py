@@ -322,7 +322,8 @@ class _Engine:
         for graph in self.graphs:
             lens, graph_reads = (seq_lens, reads) if not graph.extra else (committed, graph.reads(committed, self.g))
             if graph.extra and graph.case.mode is Mode.DRAFT_EXTEND and self.config.draft_extend_window:
-                lens = [c + self.config.draft_extend_window for c in committed]  # under speculation v2 the draft-extend replays the verify window
+                # under speculation v2 the draft-extend replays the verify window
+                lens = [c + self.config.draft_extend_window for c in committed]
                 graph_reads = graph.reads(lens, self.g)
 
             def replay(graph: _Graph = graph, lens: list[int] = lens) -> Replayed:
