@@ -33,12 +33,13 @@
 # `context` is the engine before the first seed's fix, `context-plus-draft` the fix itself,
 # `req-to-token` the later tightening (`max(.., cdiv(W, ps))`).
 #
-# **Words used here** ([README glossary](../README.md#glossary)): `ctx` context length; `ps` page
+# **Words used here** (every word in the [glossary](../docs/glossary.md); the rules in
+# [the semantics](../docs/semantics.md)): `ctx` context length; `ps` page
 # size (tokens); `D` draft tokens verified per step; `W` the request-to-token table's width
 # (`ctx + 4 + D` in width generation g1; g2/g3 are later engine versions that widen it); `s` a
-# request's committed length; *overshoot* — how far `s` may pass `ctx - 1` for one step;
+# request's committed length; *[overshoot](../docs/glossary.md#overshoot)* — how far `s` may pass `ctx - 1` for one step;
 # `cdiv(a, b)` — `a / b` rounded up; *modes* — `decode`, `target-verify` (the `D` drafts are read
-# after `s`), `draft-decode` (a drafter step), `draft-extend`; *seed* — the real crash reproduced here.
+# after `s`), `draft-decode` (a drafter step), `draft-extend`; *[seed](../docs/glossary.md#seed)* — the real crash reproduced here.
 #
 # **Try in the explorer** (end of the notebook): at the QwQ seed (ctx 32768, ps 128, D 16) switch
 # `rule` to `req-to-token`: the crosses go and the line turns green (`buffer=257`); set `mode` to
@@ -46,8 +47,8 @@
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
-cache_dir = "../data/cache"  # sweep cache (parquet); None computes everything afresh
+output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
+cache_dir = "../data/cache"  # sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
 progress = False  # a tqdm bar for the sweep
 
 context_lens = [4080, 7919, 32768]  # 32768: the QwQ seed; 4080 + 16 is a multiple of 128
@@ -64,6 +65,7 @@ from workbench.present import notebook_params as check
 
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
+cache_dir = check.check_cache_dir(cache_dir)
 
 from workbench.analysis.sweep import MODE_VALUES
 from workbench.backends import RULE_NAMES
@@ -83,7 +85,8 @@ import pandas as pd
 import plotly.io as pio
 from IPython.display import display
 
-from workbench.present.report import save_figure
+from workbench.present.claims import caption
+from workbench.present.report import save_figure, save_results
 
 # JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
 # show its figures offline too (plotly.js is inlined once per notebook).
@@ -93,10 +96,14 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name, caption):
-    """Write the figure (and the one line the report prints under it), then show it here."""
-    save_figure(fig, output_dir, name, caption)
+def publish(fig, name, frame, claims, lead):
+    """Write the figure, its data and its caption (a lead, then the claims computed from the data),
+    then show it here with the caption under it."""
+    save_results(frame, output_dir, name)
+    text = caption(claims, lead)
+    save_figure(fig, output_dir, name, text, claims)
     fig.show()
+    print(text)
 
 
 # %% [markdown]
@@ -119,20 +126,23 @@ from workbench.analysis.cases import parse_case
 from workbench.analysis.memory import load_presets, memory_table
 from workbench.analysis.seeds import SEEDS
 from workbench.analysis.sweep import request_trace
+from workbench.present.captions import failure_map_claims, fix_cost_claims, trace_claims
 from workbench.present.plots import failure_map, fix_cost_plot, request_trace_plot
 from workbench.present.verdicts import fix_cost
 
-publish(failure_map(sweep), "01_npu_failure_map",
-        "Where each block_tables rule first fails: context fails in every mode at ctx 32768; "
-        "context-plus-draft only in target-verify where ctx + D is a page multiple (4080 + 16); req-to-token never.")
+publish(failure_map(sweep), "01_npu_failure_map", sweep,
+        failure_map_claims(sweep, "01_npu_failure_map"),
+        "Where each block_tables rule first fails within reach (cell: first failing committed length).")
 memory = memory_table(load_presets(), components=("npu-block-table",))
 display(memory[["preset", "rule", "buffer_width", "min_safe_width", "bytes", "share_of_kv_budget"]])
-publish(fix_cost_plot(fix_cost(memory, baseline="context")), "01_npu_fix_cost",
-        "What the fixes cost: one page per graph row over the context rule, under a billionth of the KV budget; "
-        "both fixes take the same bytes.")
+cost = fix_cost(memory, baseline="context")
+publish(fix_cost_plot(cost), "01_npu_fix_cost", cost, fix_cost_claims(cost, "01_npu_fix_cost"),
+        "What each fix costs over the context rule, per model preset (bytes, and share of the KV budget).")
 seed_case = parse_case(SEEDS[0].before)
-publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "01_npu_seed_trace",
-        "The QwQ seed: under the context rule every verify from s = 32753 reads more tokens than the 256 pages hold.")
+seed_trace = request_trace(seed_case, steps=40, device=device)
+publish(request_trace_plot(seed_trace), "01_npu_seed_trace", seed_trace,
+        trace_claims(seed_trace, "01_npu_seed_trace"),
+        "The QwQ seed under the context rule: tokens each verify reads against the pages the table holds.")
 
 # %%
 from workbench.devices.hardware_check import load_hardware_results, memory_overlay
@@ -190,7 +200,7 @@ assert sweep.confirmed.all(), sweep[~sweep.confirmed]
 assert set(sweep.outcome) <= {"ok", "shape-error"}
 
 # %%
-# The legacy rules fail where, and only where, the spec's formula says (executed vs closed form):
+# The legacy rules fail where, and only where, the closed form of [the semantics](../docs/semantics.md) says (executed vs closed form):
 # NPU: first s = B * ps - lookahead + 1; DSA: first s = B - lookahead + 1; inside the searched bound.
 import numpy as np
 

@@ -30,12 +30,13 @@
 # original backend, `context-plus-draft` the first fix, `req-to-token` the second seed's fix.
 # A static replay never raises: its failures are silent over-reads.
 #
-# **Words used here** ([README glossary](../README.md#glossary)): `ctx` context length; `ps` page
+# **Words used here** (every word in the [glossary](../docs/glossary.md); the rules in
+# [the semantics](../docs/semantics.md)): `ctx` context length; `ps` page
 # size (tokens); `D` draft tokens verified per step; `W` the request-to-token table's width
 # (`ctx + 4 + D` in width generation g1; g2/g3 are later engine versions that widen it); `s` a
-# request's committed length; *overshoot* — how far `s` may pass `ctx - 1` for one step;
+# request's committed length; *[overshoot](../docs/glossary.md#overshoot)* — how far `s` may pass `ctx - 1` for one step;
 # `cdiv(a, b)` — `a / b` rounded up; *modes* — `decode`, `target-verify` (the `D` drafts are read
-# after `s`), `draft-decode` (a drafter step), `draft-extend`; *seed* — the real crash reproduced here.
+# after `s`), `draft-decode` (a drafter step), `draft-extend`; *[seed](../docs/glossary.md#seed)* — the real crash reproduced here.
 # *dynamic replay* — the copy's width follows the step (a mismatch raises); *static replay* —
 # every step copies the whole width and the kernel bounds its reads (a too narrow table is read past).
 #
@@ -44,8 +45,8 @@
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
-cache_dir = "../data/cache"  # sweep cache (parquet); None computes everything afresh
+output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
+cache_dir = "../data/cache"  # sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
 progress = False  # a tqdm bar for the sweep
 
 context_lens = [4096, 7919]  # the 90000 seed is probed on its own below
@@ -63,6 +64,7 @@ from workbench.present import notebook_params as check
 
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
+cache_dir = check.check_cache_dir(cache_dir)
 
 from workbench.analysis.sweep import MODE_VALUES
 from workbench.backends import RULE_NAMES
@@ -84,7 +86,8 @@ import pandas as pd
 import plotly.io as pio
 from IPython.display import display
 
-from workbench.present.report import save_figure
+from workbench.present.claims import caption
+from workbench.present.report import save_figure, save_results
 
 # JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
 # show its figures offline too (plotly.js is inlined once per notebook).
@@ -94,10 +97,14 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name, caption):
-    """Write the figure (and the one line the report prints under it), then show it here."""
-    save_figure(fig, output_dir, name, caption)
+def publish(fig, name, frame, claims, lead):
+    """Write the figure, its data and its caption (a lead, then the claims computed from the data),
+    then show it here with the caption under it."""
+    save_results(frame, output_dir, name)
+    text = caption(claims, lead)
+    save_figure(fig, output_dir, name, text, claims)
     fig.show()
+    print(text)
 
 
 # %% [markdown]
@@ -120,19 +127,23 @@ from workbench.analysis.cases import parse_case
 from workbench.analysis.memory import load_presets, memory_table
 from workbench.analysis.seeds import SEEDS
 from workbench.analysis.sweep import request_trace
+from workbench.present.captions import failure_map_claims, fix_cost_claims, trace_claims
 from workbench.present.plots import failure_map, fix_cost_plot, request_trace_plot
 from workbench.present.verdicts import fix_cost
 
-publish(failure_map(sweep), "02_dsa_failure_map",
-        "Where each page_table rule first fails: the static replay (orange) fails at exactly the dynamic one's lengths (red), "
-        "silently; req-to-token never.")
+publish(failure_map(sweep), "02_dsa_failure_map", sweep,
+        failure_map_claims(sweep, "02_dsa_failure_map"),
+        "Where each page_table rule first fails within reach, dynamic replay (loud) and static (silent).")
 memory = memory_table(load_presets(), components=("dsa-page-table",))
-publish(fix_cost_plot(fix_cost(memory, baseline="context")), "02_dsa_fix_cost",
-        "What the fixes cost over the context rule: ctx + D and W = ctx + 4 + D tokens per row instead of ctx; "
-        "at most about 160 parts per billion of the KV budget.")
+display(memory[["preset", "rule", "buffer_width", "min_safe_width", "bytes", "share_of_kv_budget"]])
+cost = fix_cost(memory, baseline="context")
+publish(fix_cost_plot(cost), "02_dsa_fix_cost", cost, fix_cost_claims(cost, "02_dsa_fix_cost"),
+        "What each fix costs over the context rule, per model preset (bytes, and share of the KV budget).")
 seed_case = parse_case(SEEDS[1].before)
-publish(request_trace_plot(request_trace(seed_case, steps=40, device=device)), "02_dsa_seed_trace",
-        "The GLM-5.2 seed: with ctx + D = 90006 tokens the verify at s = 90001 (one token of overshoot) reads 90007.")
+seed_trace = request_trace(seed_case, steps=40, device=device)
+publish(request_trace_plot(seed_trace), "02_dsa_seed_trace", seed_trace,
+        trace_claims(seed_trace, "02_dsa_seed_trace"),
+        "The GLM-5.2 seed under the first fix (a table of ctx + D tokens): tokens each verify reads.")
 
 # %%
 from workbench.devices.hardware_check import load_hardware_results, memory_overlay
@@ -192,7 +203,7 @@ assert set(sweep[sweep.replay == "dynamic"].outcome) <= {"ok", "shape-error"}
 assert set(sweep[sweep.replay == "static"].outcome) <= {"ok", "silent-overread"}
 
 # %%
-# The legacy rules fail where, and only where, the spec's formula says (executed vs closed form):
+# The legacy rules fail where, and only where, the closed form of [the semantics](../docs/semantics.md) says (executed vs closed form):
 # NPU: first s = B * ps - lookahead + 1; DSA: first s = B - lookahead + 1; inside the searched bound.
 import numpy as np
 

@@ -22,14 +22,16 @@
 #
 # What this answers: **on which batches and free-pool sizes does each gather of `alloc_decode`
 # fail, and how?** `npu-legacy` gathers for every row, `npu-clamped` is the third seed's fix,
-# `cuda-masked` is the CUDA kernel (only page-opening rows read; capacity checked afterwards).
+# `cuda-masked` is the CUDA kernel (only page-opening rows read; capacity checked afterwards),
+# `cuda-checked` the same kernel with its capacity checked first (SGLang 0.5.23).
 #
-# **Words used here** ([README glossary](../README.md#glossary)): `ps` page size (tokens);
+# **Words used here** (every word in the [glossary](../docs/glossary.md); the allocator in
+# [the semantics](../docs/semantics.md)): `ps` page size (tokens);
 # *opener* — a row whose new token opens a page (`seq_len % ps == 1`; `o` in a batch pattern, `.`
 # for a row that does not); *free pages* — the free list `alloc_decode` takes pages from;
 # *exact fit* — a pool holding exactly the pages the batch opens; *spare pages* — free pages beyond
-# that (negative: a real shortage); *gather* — how `alloc_decode` reads the free list; *seed* — the
-# spec's test vector (`ps = 4`, `seq_lens = [5, 10, 7]`, one free page).
+# that (negative: a real shortage); *gather* — how `alloc_decode` reads the free list; *[seed](../docs/glossary.md#seed)* — the
+# third real crash's test vector (`ps = 4`, `seq_lens = [5, 10, 7]`, one free page).
 #
 # **Try in the explorer**: the seed batch under `npu-legacy` raises `IndexError`; switch `gather`
 # to `npu-clamped` (`out_cache_loc=[44, 21, 30]`); move *spare pages* to 1 (legacy works again)
@@ -37,13 +39,13 @@
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
-cache_dir = "../data/cache"  # sweep cache (parquet); None computes everything afresh
+output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
+cache_dir = "../data/cache"  # unused here (the exact-fit sweep is not cached); every notebook takes it
 progress = False  # a tqdm bar for the sweep
 
 page_sizes = [4, 64, 128]
 max_batch = 8  # the largest batch of the named batch compositions
-gathers = ["npu-legacy", "npu-clamped", "cuda-masked"]
+gathers = ["npu-legacy", "npu-clamped", "cuda-masked"]  # cuda-checked (0.5.23) is the fourth
 safe_gathers = ["npu-clamped"]  # asserted never to fail, whatever the pool holds
 
 # %%
@@ -52,7 +54,9 @@ from workbench.present import notebook_params as check
 device = check.check_device(device)
 output_dir = check.check_output_dir(output_dir)
 
-GATHERS = ("npu-legacy", "npu-clamped", "cuda-masked")
+from workbench.model.allocator import Gather
+
+GATHERS = tuple(g.value for g in Gather)
 page_sizes = check.check_ints("page_sizes", page_sizes, 2, 4096)
 max_batch = check.check_int("max_batch", max_batch, 3, 256)
 gathers = check.check_choices("gathers", gathers, GATHERS)
@@ -62,7 +66,8 @@ safe_gathers = check.check_choices("safe_gathers", safe_gathers, GATHERS)
 import pandas as pd
 import plotly.io as pio
 
-from workbench.present.report import save_figure
+from workbench.present.claims import caption
+from workbench.present.report import save_figure, save_results
 
 # JupyterLab draws the plotly bundle; the HTML copy lets an executed notebook rendered by nbconvert
 # show its figures offline too (plotly.js is inlined once per notebook).
@@ -72,10 +77,14 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)
 
 
-def publish(fig, name, caption):
-    """Write the figure (and the one line the report prints under it), then show it here."""
-    save_figure(fig, output_dir, name, caption)
+def publish(fig, name, frame, claims, lead):
+    """Write the figure, its data and its caption (a lead, then the claims computed from the data),
+    then show it here with the caption under it."""
+    save_results(frame, output_dir, name)
+    text = caption(claims, lead)
+    save_figure(fig, output_dir, name, text, claims)
     fig.show()
+    print(text)
 
 
 # %% [markdown]
@@ -83,21 +92,20 @@ def publish(fig, name, caption):
 
 # %%
 from workbench.analysis.sweep import allocator_exact_fit_sweep
+from workbench.present.captions import with_fit
 
-exact_fit = allocator_exact_fit_sweep(page_sizes, max_batch, gathers, device=device)
-exact_fit.assign(fit=(exact_fit.free_pages - exact_fit.pages_needed).clip(-1, 1).map(
-    {-1: "short", 0: "exact", 1: "spare"})).groupby(["gather", "fit"]).outcome.value_counts().unstack(fill_value=0)
+exact_fit = with_fit(allocator_exact_fit_sweep(page_sizes, max_batch, gathers, device=device))
+exact_fit.groupby(["gather", "fit"]).outcome.value_counts().unstack(fill_value=0)
 
 # %% [markdown]
 # ## Figures
 
 # %%
+from workbench.present.captions import exact_fit_claims
 from workbench.present.plots import exact_fit_map
 
-publish(exact_fit_map(exact_fit), "03_allocator_exact_fit",
-        "Each gather on every batch and pool around the exact fit (black dash): npu-legacy fails (purple) only at the exact "
-        "fit of batches that open a page but end in a row that opens none; npu-clamped never fails; "
-        "cuda-masked over-reads (orange) on short pools.")
+publish(exact_fit_map(exact_fit), "03_allocator_exact_fit", exact_fit, exact_fit_claims(exact_fit, "03_allocator_exact_fit"),
+        "Each gather on every batch and pool around the exact fit (black bar: the pages the batch opens).")
 
 # %% [markdown]
 # ## Explorer: one `alloc_decode` call, live
@@ -130,16 +138,16 @@ shown = explore(ExplorerState(component="allocator", page_size=4, gather="npu-cl
 assert shown.case.seq_lens == (5, 10, 7) and shown.result.out_cache_loc == [44, 21, 30], shown.summary
 
 # %%
-# Where each gather fails, from the spec (section 4), per row of the sweep:
-#   short pool (free < needed): the NPU versions return None first; the CUDA kernel reads past the list.
+# Where each gather fails, as [the semantics](../docs/semantics.md) state it, per row of the sweep:
+#   short pool (free < needed): the NPU versions and cuda-checked return None first; cuda-masked reads past the list.
 #   exact fit: the legacy gather reads free_pages[n_new] for a row after the last page-opening row.
 short = exact_fit.free_pages < exact_fit.pages_needed
 exact = exact_fit.free_pages == exact_fit.pages_needed
 row_after_last_opener = exact_fit.pattern.str.contains("o") & exact_fit.pattern.str.endswith(".")
 expected = pd.Series("ok", index=exact_fit.index)
 npu = exact_fit.gather.str.startswith("npu")
-expected[npu & short] = "out-of-memory"
-expected[~npu & short] = "silent-overread"
+expected[(npu | (exact_fit.gather == "cuda-checked")) & short] = "out-of-memory"  # checked before any read
+expected[(exact_fit.gather == "cuda-masked") & short] = "silent-overread"
 expected[(exact_fit.gather == "npu-legacy") & exact & row_after_last_opener] = "index-error"
 wrong = exact_fit[exact_fit.outcome != expected]
 assert wrong.empty, wrong

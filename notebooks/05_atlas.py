@@ -28,20 +28,24 @@
 # ones; their own speculative recipe, EAGLE (5, 4, 8), NGRAM with 16 drafts, and none) at the page
 # sizes the backend runs with.
 #
-# Words (the README's glossary has more): the **first failing length** is the smallest committed
+# Words (every word in the [glossary](../docs/glossary.md); reach and margin in
+# [the semantics](../docs/semantics.md)): the **first failing length** is the smallest committed
 # length `s` whose step fails, found by the closed form and confirmed by executing that step and the
-# one below on real tensors. The **reachable length** is the largest committed length a run replays:
-# the scheduler's reach for the release, recipe and overlap default (`workbench.analysis.reach`: one
-# verify in flight can add the recipe's largest accept length), capped at what the request table
-# holds; `overshoot` N >= 0 replaces it by the what-if `ctx - 1 + N`. **Margin** = first failing -
-# reachable - 1: negative means a real run gets there. Every row is then run again
+# one below on real tensors. The **[reach](../docs/glossary.md#reach)** (reachable length) is the
+# largest committed length a run replays: the scheduler's reach for the release, recipe and overlap
+# default (`workbench.analysis.reach`: one verify in flight can add the recipe's largest accept
+# length), capped at what the request table holds; `overshoot` N >= 0 replaces it by the what-if
+# `ctx - 1 + N`. **[Margin](../docs/glossary.md#margin)** = first failing - reachable - 1: negative
+# means a real run gets there. The cells' words: **fails loudly**
+# (the step raises), **fails silently** (nothing raises: a kernel reads or writes past the buffer),
+# **fails past reach** (only past what a run reaches), **safe** (no length the table holds fails). Every row is then run again
 # (`run_confirmed`): a reachable failure by a run that hits it, a margin or a safe row by a run that
 # gets to the reachable length with every step passing (SGLang: a seeded serving run; vLLM: a request
 # walk, or the deployment's step; `run_model` says which).
 
 # %% tags=["parameters"]
 device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures are written to <output_dir>/figures/ as plotly JSON
+output_dir = "../reports"  # the figure: <output_dir>/figures/, the rows: <output_dir>/results/ (relative: to this folder)
 engines = []  # engine releases (learned: data/engines/NAME/*.json); empty: every release
 presets = []  # model presets of data/presets.json; empty: every preset
 overshoot = -1  # -1: the scheduler's reach per release and recipe; N >= 0: a what-if, ctx - 1 + N
@@ -67,7 +71,9 @@ import plotly.io as pio
 from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
 from workbench.analysis.atlas_releases import collapse_releases
 from workbench.present.atlas_figure import atlas_figure
-from workbench.present.report import save_figure
+from workbench.present.captions import atlas_claims
+from workbench.present.claims import caption
+from workbench.present.report import save_figure, save_results
 
 pio.renderers.default = "plotly_mimetype+notebook"
 pd.set_option("display.width", 200)
@@ -78,18 +84,22 @@ if not engines:  # vLLM's buffers, at the public crash reports' deployments
 summary = summarize(frame)
 if confirm_runs:
     summary = confirm_by_runs(summary)
+save_results(frame, output_dir, "05_atlas_settings")  # every setting's row
+save_results(summary, output_dir, "05_atlas_summary")  # the report's findings are these rows
 print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summary)} backend x version x mode rows")
 
 # %% [markdown]
-# The figure: red cells are failures a real run reaches, amber cells fail only past what a run
-# reaches (a margin, not a crash report), green cells never fail at any committed length the
-# request table holds. Each cell names the outcome, the first failing length and the margin.
+# The figure: red cells fail loudly in a real run, orange ones fail silently in a real run, blue
+# cells fail only past what a run reaches (a margin, not a crash), green cells never fail at any
+# committed length the request table holds. Each cell names the outcome, the first failing length
+# and the margin. Consecutive releases whose cells are all the same share a row.
 
 # %%
 fig = atlas_figure(collapse_releases(summary))  # consecutive releases with the same rows: one row
-save_figure(fig, output_dir, "05_atlas",
-            caption="One row per backend and engine version, one column per graph mode: red, a failure a real run "
-                    "reaches; amber, one past what a run reaches (margin in tokens); green, safe at every committed length.")
+atlas_said = atlas_claims(summary, "05_atlas_summary")
+save_figure(fig, output_dir, "05_atlas", caption(atlas_said, "One row per backend and releases, one column per graph mode."),
+            atlas_said)
+print(caption(atlas_said))
 fig
 
 # %%
@@ -102,37 +112,48 @@ summary[columns]
 # %% [markdown]
 # ## What the atlas finds
 #
-# - **FA3 reads past its page table in every speculative mode, and a real run gets there.** Its
-#   `page_table` is `cdiv(ctx, ps)` pages in every release, blind to the drafts; the fused kernel
-#   stops writing at the width while the attention kernel reads `s + D`. A verify at `ctx - D + 1`
-#   reads past the row: with page size 1 that is inside the scheduler's cap, so any request that
-#   runs to its context limit meets it. Nothing raises: a **silent over-read**. We know of no public
-#   report of it.
-# - **The Ascend block tables of 0.5.23 still fail past the context**, at the latent gap engines.md
-#   describes (QwQ NGRAM verify at 32881: 257 against 258 pages), but over a hundred tokens beyond
-#   what a run reaches.
-# - **The DSA page table of 0.5.23 (`W` wide, static replay) is safe** at every committed length.
+# The table is the report's first screen for the newest release (`workbench.analysis.findings`:
+# every backend and mode a real run breaks, loud or silent, at which length, under which
+# conditions, and the fix with its cost); every number in it is the summary's. Why they fail (the
+# mechanisms; [the semantics](../docs/semantics.md), with the engines' file and line in
+# [the engine facts](../docs/engine-facts.md)):
+#
+# - **FA3**'s `page_table` is `cdiv(ctx, ps)` pages in every release, blind to the drafts: the fused
+#   kernel stops writing at the width while the attention kernel reads `s + D`. A verify at
+#   `ctx - D + 1` reads past the row; with page size 1 that is inside the scheduler's cap. Nothing
+#   raises: a **silent over-read**.
 # - **Every SGLang table sized by the context alone fails the same way**: XPU writes the extra page
 #   into the next request's row (a **silent overwrite**), TRT-LLM MHA/MLA and AITER read past it.
+# - **The Ascend block tables** after the first seed's fix fail only past the context, at the
+#   latent gap of the fix's formula, beyond what a run reaches; **the DSA page table** sized by `W`
+#   does not fail at any length the table holds.
 # - **The flat `kv_indices` buffers fail per batch, not per request** (FlashInfer, FlashInfer MLA,
-#   Triton, AITER: mode `draft-decode` is the multi-step EAGLE drafter's graph buffer,
-#   `draft-decode-eager` the one it allocates per call without a graph). They have no row per
-#   request: what must fit is the sum over the batch, so a row's first failing length is that of
-#   its worst batch, every request at one length (`batch`: the graph's `max_bs`, or one request for
-#   a buffer sized per call), and it needs a KV pool of `pool_tokens` to form. SGLang 0.5.10 sized
-#   FlashInfer's draft buffer without the `topk` factor: QwQ-32B with EAGLE (5, 4, 8) and a full
-#   bucket writes past it from `s = 32768 / 4 - 5 + 1 = 8188`, a quarter of the context (a **silent
-#   overwrite**). 0.5.14 added the factor and an `assert`: the same batch within `steps` tokens of
-#   the context end now stops the server (**host-assert**) instead. The Triton and AITER drafters
-#   never check: there the same batch, and in eager mode a single request, writes past the buffer.
-#   FlashInfer MLA's verify (0.5.18 on) raises torch's size error for a full bucket at `ctx - D + 1`.
-#   We know of no public report of any of these.
-# - **vLLM's crash reports are rows too**: 46074 (the DSA indexer's unaligned buffer at
-#   `max_model_len` 350000) fails on 0.23.0 and not on 0.33.0; 5563 (V0's graph block tables at
-#   seq_len 8186 with 7 lookahead slots) fails on 0.6.0 and not on 0.6.2. Their rows are
-#   run again as a request walking to its cap (5563: it fails first at 8186) or, for the indexer,
-#   whose scanned field is a launch setting, as the deployment's step; vLLM's scheduler itself is
-#   not modelled.
+#   Triton, AITER: `draft-decode` is the multi-step EAGLE drafter's graph buffer,
+#   `draft-decode-eager` the one it allocates per call). What must fit is the sum over the batch, so
+#   a row's first failing length is that of its worst batch, every request at one length (`batch`:
+#   the graph's `max_bs`, or one request for a buffer sized per call), and it needs a KV pool of
+#   `pool tokens` to form. SGLang 0.5.10 sized FlashInfer's draft buffer without the `topk` factor,
+#   so a full bucket writes past it from `ctx / topk - steps + 1` (a **silent overwrite**); 0.5.14
+#   added the factor and an `assert`, which stops the server (**host-assert**) instead. The Triton
+#   and AITER drafters never check. FlashInfer MLA's verify (0.5.18 on) raises torch's size error
+#   for a full bucket at `ctx - D + 1`.
+# - **The request table itself is a buffer** (`sglang-req-to-token`, mode `decode-reservation`): a
+#   speculative decode batch reserves `2 * max(steps * topk, D)` slots past its committed length
+#   when it is formed, while a row is `ctx + 4 + D` wide at page size 1, and the writer masks only by
+#   the end offset: past the row the reservation lands in the next pool row (a **silent overwrite**),
+#   checked against each release's own `prepare_for_decode` (README, the request table as a buffer).
+# - **vLLM's crash reports are rows too** (46074: the DSA indexer's unaligned buffer; 5563: V0's
+#   graph block tables with lookahead slots), each run again as a request walking to its cap or,
+#   for the indexer, whose scanned field is a launch setting, as the deployment's step; vLLM's
+#   scheduler itself is not modelled.
+
+# %%
+from workbench.analysis.findings import findings, release_under_review
+from workbench.present.findings_page import FINDINGS_COLUMNS, finding_cells
+
+under_review = release_under_review(summary)
+print(f"findings of {under_review} (the newest release):")
+pd.DataFrame([finding_cells(f) for f in findings(summary, [under_review])], columns=list(FINDINGS_COLUMNS))
 
 # %%
 def worst(backend: str, engine: str = "sglang==0.5.23") -> pd.DataFrame:
@@ -161,6 +182,10 @@ assert (fixed.outcome, fixed.first_failing_seq_len) == ("host-assert", fixed.con
 triton = worst("sglang-triton-kv-indices")
 assert set(triton.outcome) == {"silent-overwrite"} and set(triton.status) == {"reachable"}, triton
 assert triton.set_index("mode").loc["draft-decode-eager"].batch == 1  # one request is enough
+table = worst("sglang-req-to-token")
+assert set(table.status) == {"reachable"} and set(table.outcome) == {"silent-overwrite"}, table
+reserve = 2 * (table.spec_steps * table.spec_topk).combine(table.draft_tokens, max)  # 2 * max(steps * topk, D)
+assert (table.batch == 1).all() and (table.first_failing_seq_len == table.request_table_width - reserve + 1).all(), table
 
 
 

@@ -29,11 +29,14 @@
 # `ctx - 1` plus an overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
 #
 # Exit statuses as on the command line: 0 safe, 1 a failure a run reaches, 2 bad input, 3 not
-# decidable here (a buffer no backend on this branch models).
+# decidable here (a buffer no backend on this branch models). Each row's word is the report's and the
+# atlas's: **fails loudly** or **fails silently** (a run reaches it), **fails past reach**, **safe**.
+# Every word is in the [glossary](../docs/glossary.md); the defaults' sources are in
+# [the engine facts](../docs/engine-facts.md), the reach in [the semantics](../docs/semantics.md).
 
 # %% tags=["parameters"]
 device = "cpu"  # the report passes the resolved device; probes run there
-output_dir = "../reports"  # nothing is written: the notebook has no figure
+output_dir = "../reports"  # nothing is written: the notebook has no figure (relative: to this notebook's folder)
 cache_dir = "../data/cache"  # unused; every notebook takes it
 
 # The command in the text box, and the engine version it is checked under ("" = the default release)
@@ -83,7 +86,7 @@ preflight_box(command, engine)
 # (Qwen3-32B for the QwQ seed: SGLang 0.5.10 and 0.5.23 refuse NGRAM on an NPU at start-up, so the
 # Ascend table is shown under EAGLE3, topk 1, 4 draft tokens; GLM-5-FP8, a DSA model like GLM-5.2).
 # "Before" is a version with the fix undone: the `+revert-...` entries are *pseudo-versions*
-# (0.5.23 with one line reverted, named in `data/launch_defaults.json`) until the conformance tool
+# (0.5.23 with one line reverted, named in `data/engines/pseudo.json`) until the conformance tool
 # confirms released versions; vLLM's 0.23.0 and 0.33.0 are releases (the 46074 report on GLM-5.2, fixed by PR
 # 50302; here on GLM-5-FP8, the same DSA shape, whose config says 202752 tokens: vLLM's own
 # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lets the report's 350000 through, as it would on a server).
@@ -92,6 +95,7 @@ preflight_box(command, engine)
 import pandas as pd
 
 from workbench.preflight import check as run_check
+from workbench.present.preflight_box import row_word
 
 QWQ = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --device npu "
        "--attention-backend ascend --page-size 128 --speculative-algorithm EAGLE3 "
@@ -116,20 +120,19 @@ for name, (cmd, before, after) in WORKED.items():
         results[name, when] = result
         worst = min((r for r in result.rows if r.kind == "table"), default=None,
                     key=lambda r: r.margin if r.margin is not None else 1 << 30)
-        rows.append({
-            "deployment": name, "fix": when, "engine": version, "status": result.status,
-            "buffer": worst.buffer if worst else None, "mode": worst.mode if worst else None,
-            "first_failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
-            "margin": worst.margin if worst else None, "outcome": worst.outcome if worst else None,
-            "verdict": result.verdict,
+        rows.append({  # the verdict first, every cell short: the table fits the notebook's width unwrapped
+            "deployment": name, "fix": when, "exit": result.status, "worst row": row_word(worst) if worst else None,
+            "engine": version, "mode": worst.mode if worst else None,
+            "first failing": worst.first_failing if worst else None, "reach": worst.reach if worst else None,
+            "margin": worst.margin if worst else None,
         })
-worked = pd.DataFrame(rows)
-worked
+worked = pd.DataFrame(rows).astype({"first failing": "Int64", "reach": "Int64", "margin": "Int64"})
+worked.style.hide(axis="index").set_table_styles([{"selector": "td, th", "props": "white-space: nowrap"}])
 
 # %% [markdown]
 # ## Assertions (this notebook is also a regression test)
 #
-# Expected numbers are worked by hand: the Ascend verify reads `s + D` with D = 4 (topk 1: steps + 1),
+# Expected numbers are worked by hand ([the semantics](../docs/semantics.md)): the Ascend verify reads `s + D` with D = 4 (topk 1: steps + 1),
 # so the 256-page table before the first fix (`cdiv(32768, 128)`) first fails at
 # 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages), below the scheduler's cap ctx - 1, so a
 # run reaches it; after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 =
@@ -146,7 +149,7 @@ assert verify.message == "The size of tensor a (256) must match the size of tens
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
 assert qwq_after.status == 0 and after_verify.first_failing == 32893 and after_verify.margin == 32893 - after_verify.reach - 1
 
-glm_before, glm_after = results["GLM-5.2 EAGLE with DSA", "before"], results["GLM-5.2 EAGLE with DSA", "after"]
+glm_before, glm_after = results["GLM-5.2, DSA", "before"], results["GLM-5.2, DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
 assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_verify.reachable
 assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
@@ -155,7 +158,7 @@ assert glm_after.status == 0
 vllm_before, vllm_after = results["vLLM GLM-5 at 350000 (46074)", "before"], results["vLLM GLM-5 at 350000 (46074)", "after"]
 g = vllm_before.deployment.geometry
 assert (g.context_len, g.page_size, g.draft_tokens, vllm_before.deployment.extra["lookahead"]) == (350000, 64, 1, 1)
-assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (engines.md 5)
+assert -(-g.context_len // g.page_size) == 5469  # the indexer's unaligned width in 0.23.0 (docs/engine-facts.md)
 assert (vllm_before.status, vllm_after.status) == (1, 0), (vllm_before.verdict, vllm_after.verdict)
 indexer = next(r for r in vllm_before.rows if r.buffer == "expanded_block_table_buffer")
 assert indexer.message is not None and "(5469) must match the existing size (5470)" in indexer.message

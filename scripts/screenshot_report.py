@@ -14,7 +14,7 @@ from playwright.sync_api import sync_playwright
 
 from workbench.present.report import NO_CHROMIUM, find_chromium
 
-VIEWPORT = {"width": 1280, "height": 1400}  # the verdict table, the seeds and the notebook list
+VIEWPORT = {"width": 1400, "height": 900}  # the first screen: the findings of the release under review
 
 
 def main(report_dir: str, png: str) -> None:
@@ -29,7 +29,7 @@ def main(report_dir: str, png: str) -> None:
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.goto(index.as_uri(), wait_until="load")
-            page.wait_for_timeout(1500)  # the verdict table's fonts settle
+            page.wait_for_timeout(1500)  # the findings table's fonts settle
             page.screenshot(path=png)
         finally:
             browser.close()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv in the checkout and install workbench (editable) with the notebook and test extras.
+# Create .venv in the checkout and install workbench (editable) with the notebook and test extras,
+# and register the notebooks' git clean filter (scripts/install_git_filters.sh).
 #
 # torch: a torch that the system Python already imports (a CUDA build, or one pinned by torch_npu)
 # is used as it is, through --system-site-packages. Otherwise WORKBENCH_TORCH is installed
@@ -11,6 +12,14 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.workbench-installed"
+
+# Notebooks stay without outputs in git whoever runs them (scripts/nbstrip.py): every time, it is cheap.
+bash scripts/install_git_filters.sh "$PYTHON"
+link_jupyter_config() {  # the venv's JupyterLab saves workbench notebooks without outputs
+    mkdir -p "$VENV/etc/jupyter"
+    ln -sf "$PWD/scripts/jupyter_server_config.py" "$VENV/etc/jupyter/jupyter_server_config.py"
+}
+if [[ -d "$VENV" ]]; then link_jupyter_config; fi
 
 if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml && "$STAMP" -nt scripts/setup.sh ]]; then
     exit 0  # already set up for this pyproject.toml
@@ -42,4 +51,5 @@ if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$VENV/bin/python" -c 'import torch' >/dev/
 fi
 echo "setup: installing workbench with the notebook, test and ray extras"
 "${pip[@]}" -e ".[notebooks,test,ray]"
+link_jupyter_config
 touch "$STAMP"

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "deselect offline with -m 'not engine'")
     config.addinivalue_line("markers", "engine_versions: conformance of every modelled engine version (slow; "
                                        "WORKBENCH_ENGINE_VERSIONS=1)")
+    config.addinivalue_line("markers", "repro_all: every finding's reproducer run with the cached wheel (slow; "
+                                       "WORKBENCH_REPRO_ALL=1)")
+    config.addinivalue_line("markers", "repro_venv: one reproducer in a fresh virtual environment (downloads torch; "
+                                       "WORKBENCH_REPRO_VENV=1)")
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +50,10 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[A
 
     out = tmp_path_factory.mktemp("small-report")
     log = io.StringIO()
+    before = git_status()
     runs = build_report(out, "cpu", log, small=True)
+    # What running every notebook did to the checkout (test_clean_runs: nothing)
+    (out / "git-status.json").write_text(json.dumps({"before": before, "after": git_status()}))
     return out, runs, log.getvalue()
 
 
@@ -67,3 +76,16 @@ def _engine_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
             os.environ.pop("WORKBENCH_RUN_DIR", None)
         else:
             os.environ["WORKBENCH_RUN_DIR"] = previous
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def git_status() -> str | None:
+    """``git status --porcelain`` of the checkout, untracked files listed one by one; None outside a clone."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=CHECKOUT,
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None

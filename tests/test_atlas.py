@@ -49,9 +49,18 @@ def _pooled_named_by(engine: str) -> set[str]:
     return {b.name for b in POOLED_BACKENDS if version.case_fields(b.name)}
 
 
+def _reservation_named_by(engine: str) -> set[str]:
+    """The request table's reservation, where data/engines.json records one for ``engine``."""
+    from workbench.backends import RESERVATION_BACKENDS
+    from workbench.engines.versions import engine_version
+
+    version = engine_version(engine)
+    return {b.name for b in RESERVATION_BACKENDS if version.case_fields(b.name)}
+
+
 def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atlas: pd.DataFrame) -> None:
     assert {"npu-block-table", "dsa-page-table", "sglang-fa3-page-table"} <= _named_by_0523()
-    assert set(atlas.backend) == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
+    assert set(atlas.backend) == _named_by_0523() | _pooled_named_by("sglang==0.5.23") | _reservation_named_by("sglang==0.5.23")
     assert set(atlas[atlas.backend == "dsa-page-table"]["mode"]) == {"decode", "target-verify", "draft-extend"}
     assert set(atlas[atlas.backend == "npu-block-table"]["mode"]) == {"decode", "target-verify", "draft-decode",
                                                                        "draft-extend"}
@@ -111,16 +120,23 @@ def test_the_figure_draws_one_cell_per_backend_version_and_mode(atlas: pd.DataFr
     summary = summarize(atlas)
     fig = atlas_figure(summary)
     heat = fig.data[0]
-    assert len(heat.y) == summary[["backend", "engine"]].drop_duplicates().shape[0] and len(heat.x) == summary["mode"].nunique()
+    # a row per backend and run of consecutive releases with the same cells: every pair is in one row's label
+    pairs = summary[["backend", "engine"]].drop_duplicates()
+    assert len(heat.y) <= len(pairs) and len(heat.x) == summary["mode"].nunique()
+    for backend, engine in pairs.itertuples(index=False):
+        version = engine.partition("==")[2] or engine
+        assert sum(label.startswith(backend + "<br>") and version in label for label in heat.y) >= 1, (backend, engine)
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
-    assert any("reachable" in t for t in fig.data[0].colorbar.ticktext)
+    assert list(fig.data[0].colorbar.ticktext) == ["safe", "fails past reach", "fails loudly", "fails silently", "n/a"]
+    assert fig.layout.width <= 940  # JupyterLab's output area at a 1400 px window
 
 
 def test_the_command_prints_summary_rows_as_json() -> None:
     done = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.5.23", "--json", "--no-runs"],
                           capture_output=True, text=True, check=True)
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {r["backend"] for r in rows} == _named_by_0523() | _pooled_named_by("sglang==0.5.23")
+    assert {r["backend"] for r in rows} == (_named_by_0523() | _pooled_named_by("sglang==0.5.23")
+                                          | _reservation_named_by("sglang==0.5.23"))
     for r in rows:
         assert {"first_failing_seq_len", "reachable_len", "margin", "status", "outcome", "error"} <= set(r)
     bad = subprocess.run([sys.executable, "-m", "workbench", "atlas", "--engine", "sglang==0.0.0"],
@@ -187,7 +203,7 @@ def test_the_pooled_buffers_fail_per_batch_and_their_runs_hit_where_the_rows_say
     # FlashInfer MLA's verify is modelled from 0.5.18 (its copy before that is inside flashinfer, not
     # read): its 0.5.10 cell says so rather than "no such graph"
     heat = atlas_figure(summary.reset_index()).data[0]
-    row = list(heat.y).index("sglang-flashinfer-mla-kv-indices<br>sglang==0.5.10")
+    row = list(heat.y).index("sglang-flashinfer-mla-kv-indices<br>sglang 0.5.10")
     assert heat.text[row][list(heat.x).index("target-verify")] == "not modelled"
     assert heat.text[row][list(heat.x).index("decode")] == "no such graph"
 

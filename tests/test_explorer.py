@@ -92,7 +92,52 @@ def test_widgets_redraw_on_every_control() -> None:
     assert ui.view.case is not None and ui.view.case.seq_lens == (299,)
     ui.controls["page_size"].value = 64
     assert ui.state.page_size == 64 and ui.view.result.buffer_width == ui.view.result.request_table_width // 64 + 1
-    assert set(ui.controls) == {"page_size", "context_len", "draft_tokens", "overshoot", "rule", "mode", "width_gen"}
+    assert set(ui.controls) == {"page_size", "context_len", "draft_tokens", "overshoot", "rule", "mode", "width_gen",
+                                "drafter"}
+
+
+@pytest.mark.parametrize("page_size", [64, 128, 256])
+def test_width_generation_g3_draws_the_explored_step(page_size: int) -> None:
+    """The bug of issue 22: under g3 the table holds far past what a run reaches (W - D = ctx + 143 at
+    ps 128, NGRAM D 16), so a trace up to the table's bound missed the explored step and raised
+    IndexError. The trace now ends at the explored length, and the figure's title names its step."""
+    state = ExplorerState(width_gen="g3", page_size=page_size)
+    view = explore(state)
+    assert view.figure is not None and view.case is not None
+    s = view.case.seq_lens[0]
+    assert s == longest_seq_len(state) == 32769
+    assert f"at s = {s:,}:" in view.figure.layout.title.text
+    assert max(max(trace.x) for trace in view.figure.data if trace.x is not None and len(trace.x)) == s
+
+
+def test_the_drafter_moves_w_under_g2_and_g3() -> None:
+    """Worked widths (NGRAM D 16 topk 10 ps 128; docs/semantics.md): W - ctx is 20 / 32 / 159 under
+    g1 / g2 / g3. EAGLE with topk 1 reserves nothing more under g2: 20 there too."""
+    extra = {}
+    for drafter in ("NGRAM topk 10", "EAGLE topk 1"):
+        for gen in ("g1", "g2", "g3"):
+            view = explore(ExplorerState(drafter=drafter, width_gen=gen), with_figure=False)
+            assert view.result is not None and view.result.request_table_width is not None
+            extra[drafter, gen] = view.result.request_table_width - 32768
+    assert [extra["NGRAM topk 10", g] for g in ("g1", "g2", "g3")] == [20, 32, 159]
+    assert extra["EAGLE topk 1", "g2"] == extra["EAGLE topk 1", "g1"] == 20
+
+
+def test_an_error_in_an_explorer_shows_as_one_line_in_its_output() -> None:
+    pytest.importorskip("ipywidgets")
+    from workbench.present.live import LivePanel
+
+    def broken(_: dict[str, object]) -> object:
+        raise IndexError("single positional indexer\n is out-of-bounds")
+
+    import ipywidgets as w
+
+    panel = LivePanel({"x": w.IntSlider(value=1)}, [["x"]], broken)  # type: ignore[arg-type]
+    assert panel.drawn is not None and panel.drawn.failed
+    assert panel.drawn.summary == "error: IndexError: single positional indexer is out-of-bounds"
+    assert "error: IndexError" in panel.outcome.value and "\n" not in panel.outcome.value
+    panel.controls["x"].value = 2  # later controls still redraw
+    assert panel.drawn.summary.startswith("error: IndexError")
 
 
 def test_allocator_widgets_offer_gather_and_batch() -> None:

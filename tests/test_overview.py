@@ -89,18 +89,18 @@ def test_overview_says_what_the_spec_says_of_the_npu_context_rule_in_decode() ->
     decode at s = ctx - 1 + overshoot 2 = 32769 reads 32769 of them: the context rule fails in decode."""
     assert 32768 in OVERVIEW["npu_context_lens"] and 4 in OVERVIEW["npu_draft_tokens"] and OVERVIEW["overshoot"] >= 2
     words = _words(_npu_grid(OVERVIEW, "npu_"))
-    assert words.loc[("npu-block-table", "context"), "decode"] == "fails"
-    assert (words.xs("req-to-token", level="rule") == "safe").all().all()
+    assert words.loc[("npu-block-table", "context"), "decode"] == "fails loudly"
+    assert (words.xs("req-to-token", level="rule") == "no reachable failure").all().all()
 
 
 def test_overview_allocator_verdicts_are_notebook_03s() -> None:
     overview = allocator_exact_fit_sweep(OVERVIEW["allocator_page_sizes"], OVERVIEW["allocator_max_batch"])
     detailed = allocator_exact_fit_sweep(ALLOCATOR["page_sizes"], ALLOCATOR["max_batch"], ALLOCATOR["gathers"])
-    verdict = r"^(safe|fails silently|fails)"
+    verdict = r"^(safe|fails silently|fails loudly)"
     ours = allocator_verdicts(overview)["verdict"].str.extract(verdict)[0]
     theirs = allocator_verdicts(detailed)["verdict"].str.extract(verdict)[0]
     assert ours.loc[theirs.index].equals(theirs)
     # docs/semantics.md#exact-fit: the legacy gather fails on an exact fit, the clamped one never does.
-    assert theirs.loc[("allocator (alloc_decode)", "npu-legacy")] == "fails"
+    assert theirs.loc[("allocator (alloc_decode)", "npu-legacy")] == "fails loudly"
     assert theirs.loc[("allocator (alloc_decode)", "npu-clamped")] == "safe"
     assert theirs.loc[("allocator (alloc_decode)", "cuda-masked")] == "fails silently"

@@ -43,10 +43,10 @@ def test_failure_map_has_one_heatmap_per_mode_and_page_size(sweep: pd.DataFrame)
     labels = list(verify_ps1.y)
     for backend in ("npu-block-table", "dsa-page-table (dynamic replay)"):
         row = labels.index(f"{backend} · context · D=3")
-        assert verify_ps1.text[row][0] == "38" and verify_ps1.z[row][0] == VERDICTS.index("fails")
+        assert verify_ps1.text[row][0] == "38" and verify_ps1.z[row][0] == VERDICTS.index("fails loudly")
         # req-to-token is W = 40 + 4 + 3 = 47 tokens wide: no committed length up to 41 fails.
         safe = labels.index(f"{backend} · req-to-token · D=3")
-        assert verify_ps1.text[safe][0] == "" and verify_ps1.z[safe][0] == VERDICTS.index("safe")
+        assert verify_ps1.text[safe][0] == "" and verify_ps1.z[safe][0] == VERDICTS.index("no reachable failure")
     # The static DSA replay fails at the same length, silently.
     row = labels.index("dsa-page-table (static replay) · context · D=3")
     assert verify_ps1.text[row][0] == "38" and verify_ps1.z[row][0] == VERDICTS.index("fails silently")
@@ -74,11 +74,15 @@ def test_exact_fit_map_facets_per_gather() -> None:
     drawn = [t for t in fig.data if len(t.x)]
     assert len(drawn) == outcomes_per_gather + 3  # one pages-needed trace per panel
     assert {t.name for t in fig.data if t.showlegend is not False} == set(frame.outcome) | {"pages the batch opens (exact fit)"}
-    assert {a.text for a in fig.layout.annotations} == {f"{g} · page size 4" for g in ("npu-legacy", "npu-clamped", "cuda-masked")}
-    # The same batch order on every panel's x axis.
+    # The gathers name the columns, the page size the row's y title.
+    assert {a.text for a in fig.layout.annotations} == {"npu-legacy", "npu-clamped", "cuda-masked"}
+    assert fig.layout.yaxis.title.text == "batch (page size 4)"
+    # The same batch order on every panel's y axis, each batch named with its rows' pattern.
     layout = fig.layout.to_plotly_json()
-    orders = {tuple(axis["categoryarray"]) for name, axis in layout.items() if name.startswith("xaxis")}
+    orders = {tuple(axis["categoryarray"]) for name, axis in layout.items() if name.startswith("yaxis")}
     assert len(orders) == 1 and len(next(iter(orders))) == frame.pattern.nunique()
+    assert all(label.endswith("  " + pattern) for label, pattern in zip(next(iter(orders)), frame.pattern.unique()))
+    assert fig.layout.width <= 940  # JupyterLab's output area at a 1400 px window
     _labelled(fig)
 
 

@@ -329,7 +329,7 @@ def test_the_preflight_box_redraws_on_change() -> None:
     assert status == 2 and line.startswith("error: sglang==0.5.23 refuses the command (its parser): argument "
                                            "--speculative-num-steps: invalid int value: 'three'")
     box = preflight_box(ASCEND, PRE_ASCEND)
-    _, text, (version, button), out = box.children[0], box.children[1], box.children[2].children, box.children[3]
+    text, (version, button), out = box.children[1], box.children[2].children, box.children[-1]
     assert "exit status 1" in out.outputs[0]["text"] and "32765" in out.outputs[0]["text"]
     version.value = "sglang==0.5.23"
     assert "exit status 0" in out.outputs[-1]["text"] and "32893" in out.outputs[-1]["text"]

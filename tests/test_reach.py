@@ -125,3 +125,28 @@ def test_vllm_caps_at_max_model_len_minus_one_without_overshoot() -> None:
 def test_overshoot_out_of_range(bad: object) -> None:
     with pytest.raises(ValueError, match="--overshoot"):
         reach_rule("sglang==0.5.23").with_overshoot(bad)  # type: ignore[arg-type]
+
+
+GLM_EAGLE = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --context-length 131072 --tp-size 8 "
+             "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
+             "--speculative-num-draft-tokens 6")
+
+
+def test_draft_extend_rows_take_one_reach_in_the_atlas_and_the_preflight() -> None:
+    """A draft-extend row's reach is its own mode's (spec v2: the batch's s + D) in both views: the
+    atlas's scheduler reach equals the preflight row's, and its reachable length is that reach where
+    the request table holds it."""
+    from workbench.analysis.atlas import _row, configurations
+
+    result = check(GLM_EAGLE, engine="sglang==0.5.23")
+    pre = next(r for r in result.rows if r.mode == "draft-extend")
+    g = result.deployment.geometry
+    config = next(c for c in configurations(["sglang==0.5.23"])
+                  if c.backend == pre.backend.removeprefix("sglang-") and c.case.mode is Mode.DRAFT_EXTEND
+                  and c.setting.recipe == "own" and c.case.geometry.context_len == g.context_len
+                  and c.case.geometry.page_size == g.page_size and c.setting.preset.name == "GLM-5.2")
+    atlas_row = _row(config, pre.first_failing, None, None)
+    verify = next(r for r in result.rows if r.mode == "target-verify")
+    assert pre.reach == atlas_row["scheduler_reach"] == verify.reach + g.draft_tokens
+    assert atlas_row["reachable_len"] == min(pre.reach, g.request_table_width - 1)
+    assert atlas_row["margin"] == verdict_numbers.margin(pre.first_failing, int(str(atlas_row["reachable_len"])))

@@ -2,13 +2,16 @@
 
 The report is built the way ``make report`` builds it (every notebook through papermill, here
 with each notebook's small test parameters), then Debian's ``chromium`` loads ``index.html`` from
-disk with every network request refused: each figure must have drawn its SVG and the console must
-show no error. Without Chromium or playwright the test is skipped with a message saying how to
-enable it; no browser is ever downloaded.
+disk with every network request refused: the first screen (1400 x 900) must show the findings of
+the release under review, loud and silent, each with its conditions and fix; once every collapsed
+section is opened each figure must have drawn its SVG, and the console must show no error. Without
+Chromium or playwright the test is skipped with a message saying how to enable it; no browser is
+ever downloaded.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ def test_every_figure_renders_without_console_errors(report_dir: Path) -> None:
 
             page.route("**/*", refuse_network)
             page.goto((report_dir / "index.html").as_uri(), wait_until="load")
+            page.evaluate(OPEN_DETAILS)
             page.wait_for_function(
                 f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(figures)}", timeout=30_000
             )
@@ -68,6 +72,62 @@ def test_every_figure_renders_without_console_errors(report_dir: Path) -> None:
     notebooks = sorted(path.name for path in NOTEBOOKS_DIR.glob("*.ipynb"))
     assert [Path(link).with_suffix(".ipynb").name for link in links] == notebooks
     assert all((report_dir / link).is_file() for link in links)
+
+
+OPEN_DETAILS = "document.querySelectorAll('details').forEach(d => { d.open = true; })"  # figures draw when opened
+
+# The findings block of the selected release as the first screen shows it: its box, and per row the
+# cells' text and the "how" cell's class and colour.
+FIRST_SCREEN = """() => {
+  const block = Array.from(document.querySelectorAll('#findings .release')).find(b => !b.hidden);
+  if (!block) return null;
+  const box = block.getBoundingClientRect();
+  const rows = Array.from(block.querySelectorAll('tr.finding')).map(tr => {
+    const cells = Array.from(tr.children);
+    return {cells: cells.map(c => c.textContent), how: cells[2].className,
+            colour: getComputedStyle(cells[2]).backgroundColor, bottom: tr.getBoundingClientRect().bottom,
+            right: Math.max(...cells.map(c => c.getBoundingClientRect().right))};
+  });
+  const links = Array.from(document.querySelectorAll('#findings a')).map(a => a.getAttribute('href'));
+  return {release: block.dataset.release, bottom: box.bottom, rows, links,
+          selected: document.getElementById('release-select').value};
+}"""
+
+
+def test_the_first_screen_shows_the_newest_releases_findings(report_dir: Path) -> None:
+    """At 1400 x 900, without scrolling: every reachable finding of the newest SGLang release, loud
+    and silent in their two colours, each with its first failing length, setting, fix and cost; the
+    glossary and the reproduction page linked; another release one click away."""
+    from playwright.sync_api import sync_playwright
+
+    summary = json.loads((report_dir / "results" / "05_atlas_summary.json").read_text())
+    newest = max((r["engine"] for r in summary if r["engine"].startswith("sglang==") and "+" not in r["engine"]),
+                 key=lambda e: tuple(int(n) for n in e.split("==")[1].split(".")))
+    reachable = [r for r in summary if r["engine"] == newest and r["status"] == "reachable"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_or_skip(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto((report_dir / "index.html").as_uri(), wait_until="load")
+            shown = page.evaluate(FIRST_SCREEN)
+            other = next(r["engine"] for r in summary if r["engine"] != newest)
+            page.select_option("#release-select", other)
+            switched = page.evaluate(FIRST_SCREEN)
+        finally:
+            browser.close()
+    assert shown is not None and shown["release"] == newest == shown["selected"]
+    assert len(shown["rows"]) == len(reachable) > 0
+    assert all(row["bottom"] <= 900 and row["right"] <= 1400 for row in shown["rows"]), "a finding is off the first screen"
+    classes = {row["how"]: row["colour"] for row in shown["rows"]}
+    assert set(classes) == {"v-fails-loudly", "v-fails-silently"}, classes  # the small atlas has both
+    assert classes["v-fails-loudly"] != classes["v-fails-silently"]
+    for row in shown["rows"]:
+        backend, mode, how, first, reach, setting, fixed_in, cost, _ = row["cells"]
+        assert how.startswith(("fails loudly: ", "fails silently: ")) and first and reach
+        assert "ctx " in setting and fixed_in and cost, row
+    assert any(link.endswith("glossary.md") for link in shown["links"])
+    assert any(link.endswith("findings.md") for link in shown["links"])
+    assert switched["release"] == other
 
 
 # Every drawn text of one figure (titles, tick labels, legend entries, annotations, colour bar, cell
@@ -121,6 +181,7 @@ def test_no_figure_has_overlapping_text_or_an_untitled_axis(report_dir: Path) ->
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto((report_dir / "index.html").as_uri(), wait_until="load")
+            page.evaluate(OPEN_DETAILS)
             page.wait_for_function(
                 f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(figures)}", timeout=60_000
             )

@@ -264,15 +264,12 @@ def test_cli_simulate_bad_input_is_one_line_exit_2(extra: list[str], message: st
     assert err[-1].startswith("workbench: error: ") and message in err[-1]
 
 
-def test_notebook_runs_with_small_parameters(tmp_path: Path) -> None:
-    pytest.importorskip("papermill")
-    from workbench.present.report import run_papermill
-
-    run_papermill(
-        ROOT / "notebooks" / "04_serving_runs.ipynb", tmp_path / "04.ipynb", cwd=ROOT,
-        parameters={"seeds": 2, "context_lens": [960, 1024], "draft_token_values": [2, 16],
-                    "acceptance_rates": [0.5], "conservativeness_values": [0.0, 1.0], "output_dir": str(tmp_path)},
-    )
-    figures = sorted(p.name for p in (tmp_path / "figures").glob("04_*.json"))
+def test_notebook_runs_with_small_parameters(small_report: tuple[Path, list[object], str]) -> None:
+    """Notebook 04 as the session's small report ran it (``conftest.small_report``: its declared
+    test parameters, 3 run seeds per point), rather than a run of its own."""
+    out, runs, log = small_report
+    run = next(r for r in runs if getattr(r, "name", "") == "04_serving_runs")
+    assert getattr(run, "error", "?") is None, log
+    figures = sorted(p.name for p in (out / "figures").glob("04_*.json"))
     # notebook 04 draws a fourth figure since issue 15 (the first failing step per acceptance rate)
     assert figures == ["04_exact_fit.json", "04_first_failing_step.json", "04_qwq_run.json", "04_share_sweeps.json"]

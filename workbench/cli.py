@@ -126,6 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
                                   "(a buffer no backend here models, or graphs disabled)")
     _add_check_flags(check)
+    repro = sub.add_parser("repro", help="standalone scripts that reproduce each failing atlas row and seed "
+                                         "with the engine's own code")
+    repro.add_argument("ids", nargs="*", help="finding ids, as --list prints them (0.5.23/fa3-page-table/decode, seed/allocator)")
+    repro.add_argument("--list", action="store_true", help="list the failing atlas rows of the release and the seeds")
+    repro.add_argument("--all", action="store_true", help="every finding of the release and the seeds")
+    repro.add_argument("--engine", help="the release whose atlas rows are listed (default: the newest SGLang modelled)")
+    repro.add_argument("--out", help="folder the scripts are written to")
+    repro.add_argument("--unreachable", action="store_true", help="also the rows that fail only past what a run reaches")
+    repro.add_argument("--run", action="store_true",
+                       help="run each script written here, with the engine's wheel from the workbench's cache")
+    repro.add_argument("--record", metavar="FILE.json", help="with --run: keep the results in this file (data/repro_results.json)")
     bench = sub.add_parser("bench", help="how fast: closed form, verified sweep, step-by-step ratio, allocator")
     bench.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     bench.add_argument("--configs", type=int, default=20_000, help="configurations to verify, a third per component (default 20000)")
@@ -428,6 +439,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "engines":  # engine processes and learned files; no device here
             return _engines(args, out)
+        if args.command == "repro":  # writes scripts (and runs them in subprocesses); no device here
+            return _repro(args, out)
         if args.command == "conformance":  # runs engine code in worker processes; no device here
             from workbench.engines.conformance import main as conformance
 
@@ -475,6 +488,23 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
         print(f"workbench: learning {engine}'s parser and resolution", file=sys.stderr)
         launch_learn.learn(engine)
     return 0
+
+
+def _repro(args: argparse.Namespace, out: IO[str]) -> int:
+    from workbench.repro.command import format_list, select, write_scripts
+
+    if not args.list and not args.all and not args.ids:
+        raise BadInput("repro: give finding ids, --all or --list (workbench repro --list shows the ids)")
+    if (args.all or args.ids) and not args.list and not args.out:
+        raise BadInput("repro: --out DIR is needed to write scripts")
+    if args.record and not args.run:
+        raise BadInput("repro: --record needs --run")
+    found = select(args.ids, engine=args.engine, every=args.all or args.list, include_unreachable=args.unreachable,
+                   progress=sys.stderr)
+    if args.list:
+        out.write(format_list(found) + "\n")
+        return 0
+    return write_scripts(found, args.out, run=args.run, record=args.record, out=out)
 
 
 def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
-from workbench.analysis import pooled_atlas
+from workbench.analysis import pooled_atlas, reqtable_atlas
 from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
@@ -129,14 +129,14 @@ def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) ->
 def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
-    # Draft-extend at the batch's committed length: the serving run that confirms a row walks committed
-    # lengths, not the extend window (the preflight's draft-extend rows add D: ``reach``).
-    mode = Mode.TARGET_VERIFY if case.mode is Mode.DRAFT_EXTEND else case.mode
-    where = default_reach(config.engine, g, mode, case.step_id, overshoot=overshoot,
-                          algorithm="NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None)
+    algorithm = "NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None
+    # The row's own mode, as the preflight's rows take it (draft-extend: spec v2's s + D).
+    where = default_reach(config.engine, g, case.mode, case.step_id, overshoot=overshoot, algorithm=algorithm)
     # A serving run (``confirm_by_run``: verify steps) cannot be walked past the request table: the
-    # row's reach stops at the table's bound in its mode and at a verify's W - D.
-    walkable = g.max_committed_len(Mode.TARGET_VERIFY) if g.speculative else where.table_bound
+    # row's reach stops at the table's bound in its mode and at a verify's W - D (plus the window a
+    # draft-extend replay carries past the batch's committed length).
+    window = draft_extend_window(config.engine, g, overshoot, algorithm) if case.mode is Mode.DRAFT_EXTEND else 0
+    walkable = g.max_committed_len(Mode.TARGET_VERIFY) + window if g.speculative else where.table_bound
     reachable = min(where.largest_committed, where.table_bound, walkable)
     margin = margin_of(first, reachable)
     status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
@@ -157,6 +157,15 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
         "kv_budget_bytes": kv_budget, "extra_share_of_kv": kv_share(safe_bytes - engine_bytes, kv_budget),
         "reach_why": where.why, "scheduler_reach": where.largest_committed,
     }
+
+
+def draft_extend_window(engine: str, g: ServingGeometry, overshoot: int | None = None,
+                        algorithm: str | None = None) -> int:
+    """Tokens a draft-extend step's lengths carry past its batch's committed length: the difference of
+    the two reaches (``default_reach``), D under spec v2, none under v1's accepted-only extend."""
+    extend = default_reach(engine, g, Mode.DRAFT_EXTEND, 0, overshoot=overshoot, algorithm=algorithm)
+    verify = default_reach(engine, g, Mode.TARGET_VERIFY, 0, overshoot=overshoot, algorithm=algorithm)
+    return max(0, min(g.draft_tokens, extend.largest_committed - verify.largest_committed))
 
 
 def full_atlas(engines: Sequence[str] | None = None, **kwargs: object) -> pd.DataFrame:
@@ -183,7 +192,7 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
         parts[index] = rows
     chosen = [versions[e] for e in engines] if engines else default_versions()
     rows = shared_rows([row for i in sorted(parts) for row in parts[i]], chosen, ("rule", "replay", "width_gen"))
-    rows += _pooled_rows(chosen, presets, overshoot)
+    rows += _pooled_rows(chosen, presets, overshoot) + _reservation_rows(chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
@@ -198,6 +207,19 @@ def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset]
         for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
             rows.append(pooled_atlas.row(config, overshoot))
     return shared_rows(rows, chosen, ("pooled", "width_gen"), component="*pooled*")
+
+
+def _reservation_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
+                      overshoot: int | None) -> list[dict[str, object]]:
+    """The request table written by the speculative decode step's reservation (``reqtable_atlas``),
+    for the versions whose data describe it."""
+    presets = list(presets) if presets is not None else load_presets()
+    rows = []
+    for version in chosen:
+        grid = settings(reqtable_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
+        for config in reqtable_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
+            rows.append(reqtable_atlas.row(config, overshoot))
+    return rows
 
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
@@ -251,7 +273,12 @@ def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     counts = frame.groupby(keys).status.value_counts().unstack(fill_value=0)
     counts = counts.reindex(columns=list(STATUS_ORDER), fill_value=0).add_prefix("settings_").reset_index()
     summary = worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
-    return pooled_atlas.confirmed_summary_rows(summary, device)
+    summary = pooled_atlas.confirmed_summary_rows(summary, device)
+    for index, r in summary.iterrows():  # the request table's worst setting, executed likewise
+        if backends.is_reservation_backend(str(r.backend)):
+            for key, value in reqtable_atlas.confirm_boundary(r, device).items():
+                summary.loc[index, key] = value
+    return summary
 
 
 def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
@@ -276,13 +303,19 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
     g = ServingGeometry(context_len=int(row.context_len), page_size=int(row.page_size), draft_tokens=int(row.draft_tokens),
                         spec_steps=int(row.spec_steps), spec_topk=int(row.spec_topk), draft_has_kv=bool(row.draft_has_kv),
                         max_bs=1, width_gen=str(row.width_gen))
-    overshoot = max(0, int(row.reachable_len) - (g.context_len - 1)) if g.speculative else 0
-    expected = first if g.speculative else first - 1
+    # A draft-extend row's lengths are the batch's committed length plus its window (spec v2: D):
+    # the run walks committed lengths, so it aims that much lower and replays draft-extend with it.
+    window = 0
+    if str(row["mode"]) == Mode.DRAFT_EXTEND.value:
+        window = draft_extend_window(str(row.engine), g, algorithm="NGRAM" if not g.draft_has_kv else None)
+    overshoot = max(0, int(row.reachable_len) - window - (g.context_len - 1)) if g.speculative else 0
+    expected = first - window if g.speculative else first - 1
     prompt = max(1, min(expected, g.context_len - 2) - lead)
     trace = [1] * max(0, g.context_len - 2 - prompt) + [overshoot + 1] * 4
     config = SimConfig(geometry=g, rule=str(row.rule), components=(str(row.backend),), modes=(str(row["mode"]),),
                        replay=Replay.parse(str(row.replay)), overshoot=overshoot, stop_on_failure=False,
-                       acceptance=Acceptance(kind="trace", trace=tuple(trace)), conservativeness=0.0)
+                       acceptance=Acceptance(kind="trace", trace=tuple(trace)), conservativeness=0.0,
+                       draft_extend_window=window)
     run = simulate(config, Workload(trace=(Request(0, prompt, g.context_len + overshoot - prompt),)), seed=0)
     passed: list[int] = []
     for record in run.records:
@@ -294,9 +327,10 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
                 continue
             hit = record.committed[0]
             confirmed = reachable and hit >= expected and all(p < expected for p in passed) and table.outcome == row.outcome
-            return {"run_committed_len": hit, "run_outcome": table.outcome, "run_confirmed": confirmed}
-    # No replay failed: a reachable failure was missed; a margin is confirmed when the run got to the cap
-    return {"run_committed_len": max(passed, default=None), "run_outcome": "ok",
+            return {"run_committed_len": hit + window, "run_outcome": table.outcome, "run_confirmed": confirmed}
+    # No replay failed: a reachable failure was missed; a margin is confirmed when the run got to the cap.
+    # Lengths come back in the row's units (a draft-extend row's: the batch's committed length + window).
+    return {"run_committed_len": max(passed) + window if passed else None, "run_outcome": "ok",
             "run_confirmed": not reachable and bool(passed) and max(passed) >= expected}
 
 
@@ -338,6 +372,8 @@ def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
                 done[key] = {"run_model": "sglang serving run", **confirm_by_run(row)}
             elif backends.is_pooled_backend(str(row.backend)):
                 done[key] = pooled_atlas.confirm_by_batch_walk(row)
+            elif backends.is_reservation_backend(str(row.backend)):
+                done[key] = reqtable_atlas.confirm_by_step_walk(row)
             else:
                 done[key] = confirm_by_walk(row)
         results.append(done[key])

@@ -41,6 +41,9 @@ from workbench.engines.launch import LaunchVersion, load_launch_data
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 MAX_OVERSHOOT = 1024  # far past anything a step carries (D is at most 1024)
+# A prompt is admitted below max_req_input_len = max_req_len - 5 (tp_worker.py:572 in 0.5.23, 155 in
+# 0.5.2; validate_input_length refuses len >= it, managers/utils.py:259-289): at most max_req_len - 6.
+ADMITTED_BELOW = 6
 ACCEPT_FORMS = ("min(steps + 1, draft_tokens)", "draft_tokens")
 
 
@@ -238,6 +241,57 @@ def longest_step(facts: SchedulerFacts, *, input_len: int, max_new_tokens: int, 
     return offset + largest_processed + accept
 
 
+def longest_reservation(facts: SchedulerFacts, *, input_len: int, max_new_tokens: int, overlap: bool) -> int | None:
+    """The largest committed length a speculative decode batch carrying one request is formed at (None:
+    none is), which is what its reservation starts from (``kv_committed_len``: the accepted tokens of
+    processed results only, the prefill's token at once; a verify in flight is not in it).
+
+    Normal loop: formed while ``1 <= o < M``: ``input + M - 2``. Overlap: formed with ``o`` processed
+    (``o < M``, ``o + 1 < M`` with the in-flight skip), the first while the prefill is in flight (``o = 0``,
+    committed ``input``). Worked example (0.5.23, in-flight skip): input 32700, M 66: the last batch is
+    formed at o = 64, committed 32763."""
+    m = max_new_tokens
+    if not overlap:
+        return input_len + m - 2 if m >= 2 else None
+    # the batch formed while the prefill is in flight runs whatever M is unless skipped (``longest_step``)
+    largest_processed = m - 2 if facts.inflight_skip else max(m - 1, 0)
+    if largest_processed < 0:
+        return None
+    return input_len + max(largest_processed, 1) - 1
+
+
+def reservation_reach(rule: ReachRule, g: ServingGeometry, conditions: Conditions | None = None) -> Reach:
+    """The largest committed length a speculative decode step's reservation starts from: the request
+    table's own buffer (``backends/sglang_req_to_token.py``). Without the scheduler's facts (a what-if
+    ``overshoot``, a constant rule) it is the verify's reach."""
+    cond = conditions or Conditions()
+    if rule.overshoot is not None or rule.scheduler is None:
+        verify = reach(rule, g, Mode.TARGET_VERIFY, 0, cond)
+        return replace(verify, table_bound=g.request_table_width - 1, why=f"{verify.why} (the verify's reach)")
+    facts = rule.scheduler
+    overlap = cond.overlap if cond.overlap is not None else facts.overlap_default["speculative"]
+    budget = request_budget(facts, g.context_len, cond.pool_tokens, g.page_size)
+    # The longest request reserves from T - 2 (T - 3 with the skip); the batch formed while a prefill is
+    # in flight reserves from the prompt itself, the longest the scheduler admits (ADMITTED_BELOW).
+    cap = g.context_len - 1 if cond.pool_tokens is None else min(g.context_len - 1, cond.pool_tokens - 1)
+    prompt = max(1, cap - ADMITTED_BELOW)
+    m = clip(facts, g.context_len, cond.pool_tokens, g.page_size, prompt, None)
+    found = [longest_reservation(facts, input_len=budget - 3, max_new_tokens=3, overlap=overlap),
+             longest_reservation(facts, input_len=prompt, max_new_tokens=m, overlap=overlap)]
+    largest = max(f for f in found if f is not None)
+    cap = g.context_len - rule.cap_offset
+    terms = [f"T = {budget}" + (f" (pool {cond.pool_tokens}: {cond.pool_source})" if cond.pool_tokens else ""),
+             f"overlap {'on' if overlap else 'off'}" + (f" ({cond.overlap_source})" if cond.overlap_source else
+                                                       " (the release's default)"),
+             "the batch's committed length when it is formed (processed results only)"]
+    if overlap:
+        terms.append("in-flight skip" if facts.inflight_skip else "no in-flight skip")
+    if rule.substituted:
+        terms.append(f"facts of {rule.substituted}")
+    return Reach(largest, cap, largest - cap, g.request_table_width - 1, "; ".join(terms),
+                 (f"overlap {'on' if overlap else 'off'}",))
+
+
 def speculative_worker(facts: SchedulerFacts, overlap: bool) -> str:
     return "v2" if overlap else facts.worker_without_overlap
 
@@ -296,13 +350,21 @@ def default_reach(engine: str, g: ServingGeometry, mode: Mode, step_id: int = 0,
                   overshoot: int | None = None) -> Reach:
     """The reach at the release's defaults (overlap as it ships, a pool larger than the context), or the
     what-if of an explicit ``overshoot``; the atlas's rows use it."""
-    rule = _rule_for(engine).with_overshoot(overshoot)
+    rule = rule_for(engine).with_overshoot(overshoot)
     return reach(rule, g, mode, step_id, Conditions(algorithm=algorithm))
 
 
-def _rule_for(engine: str) -> ReachRule:
+def rule_for(engine: str) -> ReachRule:
+    """``engine``'s reach rule: its launch data's, or for a release without launch data the newest
+    release's launch rule with this release's own scheduler facts (the nearest learned ones)."""
     data = load_launch_data()
     if engine in data.versions:
         return reach_rule(data.versions[engine])
     base = engine.split("+", 1)[0]
-    return reach_rule(data.versions[base]) if base in data.versions else reach_rule(data.version(data.newest["sglang"]))
+    if base in data.versions:
+        return reach_rule(data.versions[base])
+    newest = reach_rule(data.version(data.newest["sglang"]))
+    facts, substituted = scheduler_facts(engine)
+    if facts is None:
+        return newest
+    return replace(newest, engine=engine, scheduler=facts, substituted=substituted)

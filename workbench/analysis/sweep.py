@@ -433,11 +433,18 @@ def _isolated_record(case: AllocatorCase, device: str) -> dict[str, object]:
 # ---- one request over time ------------------------------------------------------------------------
 
 
-def request_trace(case: TableCase, *, steps: int = 40, device: str = "cpu") -> pd.DataFrame:
-    """Probe one request at each of its last ``steps`` committed lengths up to the table's bound."""
+def request_trace(case: TableCase, *, steps: int = 40, device: str = "cpu", last: int | None = None) -> pd.DataFrame:
+    """Probe one request at each of its last ``steps`` committed lengths, up to ``last`` (default:
+    the largest the table holds in the mode; a longer ``last`` is clamped to it).
+
+    A width generation that reserves room for the drafter's pages (g3) makes the table hold far
+    more than a run reaches: a caller tracing the steps a run takes passes the reachable length."""
     _check_ints("steps", (steps,), 1, 1 << 20)
     g = case.geometry
     bound = g.max_committed_len(case.mode, case.step_id)
+    if last is not None:
+        _check_ints("last", (last,), 1, 1 << 30)
+        bound = min(bound, last)
     rows = []
     for s in range(max(1, bound - steps + 1), bound + 1):
         with one_torch_thread():

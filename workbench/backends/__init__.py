@@ -4,7 +4,8 @@ Everything outside this package asks the registry (``backend_of``, ``table_backe
 ``is_case_backend``, ``case_backend_of``) and never branches on a backend's name. Adding a backend
 is one module plus one line in ``_MODULES`` (``_GATHER_MODULES`` for an allocator's ``alloc_decode``
 gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``,
-``_POOLED_MODULES`` for flat buffers pooled across a batch: ``pooled.py``).
+``_POOLED_MODULES`` for flat buffers pooled across a batch: ``pooled.py``, ``_RESERVATION_MODULES``
+for the request table written by a step's reservation: ``sglang_req_to_token.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from workbench.backends import (
     sglang_flashinfer_mla_kv_indices,
     sglang_flashmla_page_table,
     sglang_npu_allocator,
+    sglang_req_to_token,
     sglang_triton_kv_indices,
     sglang_trtllm_mha_page_table,
     sglang_trtllm_mla_page_table,
@@ -35,6 +37,7 @@ from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
 from workbench.backends.gather import DecodeGather
 from workbench.backends.pooled import PooledBackend, PooledBuffer
+from workbench.backends.sglang_req_to_token import ReservationBackend
 
 _MODULES = (
     sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
@@ -47,6 +50,8 @@ _CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_asce
 
 _POOLED_MODULES = (sglang_flashinfer_kv_indices, sglang_flashinfer_mla_kv_indices, sglang_triton_kv_indices,
                    sglang_aiter_kv_indices)
+
+_RESERVATION_MODULES = (sglang_req_to_token,)
 
 TABLE_BACKENDS: tuple[TableBackend, ...] = tuple(m.BACKEND for m in _MODULES)
 _BY_NAME: dict[str, TableBackend] = {
@@ -65,6 +70,22 @@ CASE_COMPONENTS: tuple[str, ...] = tuple(_CASE_BY_NAME)
 
 POOLED_BACKENDS: tuple[PooledBackend, ...] = tuple(m.BACKEND for m in _POOLED_MODULES)
 _POOLED_BY_NAME: dict[str, PooledBackend] = {b.name: b for b in POOLED_BACKENDS}
+
+
+RESERVATION_BACKENDS: tuple[ReservationBackend, ...] = tuple(m.BACKEND for m in _RESERVATION_MODULES)
+_RESERVATION_BY_NAME: dict[str, ReservationBackend] = {b.name: b for b in RESERVATION_BACKENDS}
+
+
+def is_reservation_backend(name: str) -> bool:
+    """Whether ``name`` is a request table written by a step's reservation (``sglang_req_to_token.py``)."""
+    return name in _RESERVATION_BY_NAME
+
+
+def reservation_backend_of(name: str) -> ReservationBackend:
+    try:
+        return _RESERVATION_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"component: {name!r} is not one of {', '.join(_RESERVATION_BY_NAME)}") from None
 
 
 def is_pooled_backend(name: str) -> bool:
@@ -174,9 +195,10 @@ def allocator_seeds() -> tuple[Seed, ...]:
 __all__ = [
     "BackendCase", "CASE_BACKENDS", "CASE_COMPONENTS", "CaseBackend", "CaseSeed", "DEFAULT_COMPONENTS",
     "DEFAULT_GATHERS", "DecodeGather", "GATHERS", "GATHER_NAMES", "POOLED_BACKENDS", "PooledBackend", "PooledBuffer",
-    "RULE_NAMES", "Seed", "SizingRule", "TABLE_BACKENDS",
+    "RESERVATION_BACKENDS", "RULE_NAMES", "ReservationBackend", "Seed", "SizingRule", "TABLE_BACKENDS",
     "TABLE_COMPONENTS", "TableBackend", "all_names", "allocator_seeds", "backend_of", "case_backend_of", "case_seeds",
     "check_rule", "check_rule_name", "device_gathers", "engine_backends", "gather_of", "is_case_backend",
-    "is_pooled_backend", "is_table_backend", "launched_backends", "pooled_backend_of", "seeds",
+    "is_pooled_backend", "is_reservation_backend", "is_table_backend", "launched_backends", "pooled_backend_of",
+    "reservation_backend_of", "seeds",
     "table_backends",
 ]

@@ -68,7 +68,7 @@ def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
             engine_version(engine)  # raises, naming the modelled versions
         # a listed release without buffer data: only the rows whose model needs none run
         return {**reach, "backends": {}, "unmodelled": f"{engine} has no learned buffer data "
-                "(only the rows whose model needs none run)"}, {}
+                "(only the rows whose model needs none run)"}, read_load(engine)
     version = engine_version(engine)
     settings: dict[str, Any] = dict(reach)
     unlearned: dict[str, str] = {}
@@ -95,6 +95,18 @@ def behaviour(engine: str) -> tuple[dict[str, Any], dict[str, Any]]:
         load["wheel"] = pseudo["base"]
         load["patch"] = pseudo["patch"]["value"]
     return settings, load
+
+
+def read_load(engine: str) -> dict[str, Any]:
+    """How a release without learned buffer data loads, as its reach facts were learned
+    (``reach_read.json``: ``torchvision`` true, or ``"stand-in"``: metadata from the cache's folder,
+    code stood in; ``triton``: triton's own decorators at import, its kernels never interpreted)."""
+    import json
+
+    from workbench.engines.reach_learn import READ_FACTS
+
+    read = json.loads(READ_FACTS.read_text())["releases"].get(engine, {})
+    return dict(read.get("load", {}))
 
 
 def unlearned_reason(engine: str, function: str, unlearned: Mapping[str, str]) -> str | None:

@@ -22,7 +22,7 @@ import torch
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
 from workbench.backends import POOLED_BACKENDS, PooledBuffer, backend_of, pooled_backend_of
 from workbench.engines import model_calls as mc
-from workbench.engines import scheduler_calls, scheduler_checks
+from workbench.engines import reqtable_calls, reqtable_checks, scheduler_calls, scheduler_checks
 from workbench.engines import sglang_calls as ec
 from workbench.engines import states as st
 from workbench.engines.answers import Answer, Moved
@@ -66,6 +66,7 @@ MODULE_PATHS = {
     "attn_utils": "sglang.kernels.ops.attention.utils",
     "cache_locs": "sglang.kernels.ops.speculative.cache_locs",
     **scheduler_calls.MODULE_PATHS,
+    **reqtable_calls.MODULE_PATHS,
 }
 
 
@@ -744,5 +745,7 @@ CHECKS = (
           triton=("cache_locs.generate_draft_decode_kv_indices",
                   "kv_indices.create_flashinfer_kv_indices_triton[target-verify]")),
     Check(scheduler_checks.MODULES, scheduler_checks.FUNCTIONS, scheduler_checks.pairs, any_release=True),
+    Check(reqtable_checks.MODULES, reqtable_checks.FUNCTIONS, reqtable_checks.pairs, triton=reqtable_checks.FUNCTIONS,
+          backends={f: reqtable_checks.BACKEND for f in reqtable_checks.FUNCTIONS}),
 )
 

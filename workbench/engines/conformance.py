@@ -41,13 +41,17 @@ def run_version(engine: str, *, states: int = DEFAULT_STATES, seed: int = 0, tri
     settings, load = behaviour(engine)
     install = wheels.fetch(load.get("wheel", engine))
     triton_dir = wheels.fetch_triton() if triton else wheels.triton_dir() if triton is None else None
+    if load.get("triton"):  # modules that need triton's own decorators to import (0.5.3): never interpreted
+        triton_dir = wheels.fetch_triton()
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps), "seed": seed,
            "states": states, "behaviour": settings, "module_paths": load.get("module_paths", {}),
            "patch": load.get("patch"), "only": list(only), "unlearned": load.get("unlearned", {}),
            "tolerant": load.get("tolerant", False), "names": load.get("names", {}),
            "absent_modules": load.get("absent_modules", {}),
            "triton_dir": str(triton_dir) if triton_dir else None,
-           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else []}
+           "extra_paths": [str(install.torchvision)] if load.get("torchvision") else [],
+           "visible": ["torchvision"] if load.get("torchvision") == "stand-in" else [],
+           "triton_interpret": not load.get("triton")}
     return _run_worker(job, timeout)
 
 

@@ -110,8 +110,11 @@ def worker_main() -> int:
     job = json.loads(sys.stdin.read())
     from workbench.engines import checks, standins
 
-    checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job["extra"]])
+    real = ["triton"] if job.get("triton") else []
+    if not real:
+        checks.settle_torch_without_triton()
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), [Path(p) for p in job["extra"]], real=real,
+                     visible=job.get("visible", []))
     modules: dict[str, Any] = checks.import_modules(("schedule_batch", "scheduler", "sampling_params"), {})
     for name in ("eagle_info", "ngram_info"):  # the verify inputs, where the release has these modules
         with contextlib.suppress(ImportError):
@@ -140,8 +143,16 @@ def learn(engine: str) -> Path:
     if read is None:
         raise ValueError(f"{engine}: no entry in {READ_FACTS.name} (read its max_req_len and overlap default first)")
     install = wheels.fetch(engine)
-    extra = [str(install.torchvision)] if read.get("load", {}).get("torchvision") else []
-    job = {"package_dir": str(install.package_dir), "deps": str(install.deps), "extra": extra}
+    torchvision = read.get("load", {}).get("torchvision")
+    extra = [str(install.torchvision)] if torchvision else []
+    # "triton": the release's modules assert at import that their kernels are triton's own JITFunction
+    # (0.5.3's CachedKernel): real triton decorates them (never launched; not interpreted)
+    if read.get("load", {}).get("triton"):
+        extra.append(str(wheels.fetch_triton()))
+    job = {"package_dir": str(install.package_dir), "deps": str(install.deps), "extra": extra,
+           # "stand-in": the folder gives transformers torchvision's metadata, a stand-in its code
+           "visible": ["torchvision"] if torchvision == "stand-in" else [],
+           "triton": bool(read.get("load", {}).get("triton"))}
     done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--worker"], input=json.dumps(job),
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
@@ -155,11 +166,13 @@ def learn(engine: str) -> Path:
 
 def engine_reach(modules: dict[str, Any], case: dict[str, Any]) -> int | None:
     """The largest committed length any request reaches through the engine's functions: every input
-    length near the end of the context (each walked over every accept sequence), the longest step."""
+    length near the end of the context (each walked over every accept sequence), the longest step.
+    ``min_room``: inputs at most ``ctx - min_room`` (7: only the prompts the scheduler admits);
+    ``max_room``: at least ``ctx - max_room`` (default ``3 * a_max + 7``)."""
     ctx, accept = case["context_len"], case["max_accept"]
     found = [scheduler_calls.longest_step(modules, {**case, "pool_tokens": case.get("pool_tokens"), "requested": None,
                                                     "page_size": case.get("page_size", 1), "input_len": ctx - room})
-             for room in range(3, 3 * accept + 8)]
+             for room in range(case.get("min_room", 3), case.get("max_room", 3 * accept + 7) + 1)]
     steps = [f for f in found if f is not None]
     return max(steps) if steps else None
 

@@ -24,6 +24,8 @@ committed length a batch runs at are the driver's, as read in the engine:
     speculative batch (verify, and the drafter's steps): s = input_len + outputs - 1
     decode batch:                                         s = input_len + outputs
     (outputs: those processed, plus those of the batch in flight, which the device already holds)
+    a batch's reservation (``measure: reserved``):        s = input_len + max(processed, 1) - 1
+    (``kv_committed_len`` when the batch is formed: results not yet processed are not in it)
 
 Worked example (0.5.23, overlap, NGRAM 16, ctx 32768): an input of 32700 tokens gets
 ``max_new_tokens = 32767 - 32700 - 1 = 66``; with 64 outputs processed the request still runs
@@ -96,6 +98,7 @@ def scheduler(m: Mapping[str, ModuleType], state: State) -> Any:
         allocator = SimpleNamespace(page_size=state["page_size"])
         allocator.max_new_tokens_for_memory = MethodType(base.max_new_tokens_for_memory, allocator)
         made.token_to_kv_pool_allocator = allocator
+    made.server_args = SimpleNamespace(dcp_size=1)  # 0.5.17 reads the DCP width in the memory clip: off
     made.enable_skip_finishing_decode = True
     made.result_queue = deque()
     return made
@@ -169,6 +172,7 @@ def longest_step(m: Mapping[str, ModuleType], state: State) -> int | None:
     if req.finished():
         return None
     skips = state["order"] == "overlap" and hasattr(m["scheduler"].Scheduler, "_reqs_finishing_inflight")
+    reserved = state.get("measure") == "reserved"
     finished = _memo(lambda o, a: finishes(m, budget, o, a))
     skipped = _memo(lambda o, a: skipped_in_flight(m, budget, o, a > 0))
     offset = state["input_len"] - (1 if state["speculative"] else 0)
@@ -182,7 +186,9 @@ def longest_step(m: Mapping[str, ModuleType], state: State) -> int | None:
         outputs, in_flight = todo.pop()
         runs = not (skips and skipped(outputs, in_flight))
         if runs:
-            step = offset + outputs + in_flight
+            # ``reserved``: the committed length the batch is formed at (its reservation's start): the
+            # processed outputs only, the prefill's token counted at once (allocation.py sets it there)
+            step = offset + max(outputs, 1) if reserved else offset + outputs + in_flight
             best = step if best is None else max(best, step)
         done = in_flight > 0 and finished(outputs, in_flight)
         if done or (not runs and in_flight == 0):

@@ -10,7 +10,9 @@ conformance parent passes in the job's behaviour (``reach_facts``). States are s
 * finish: ``max_new_tokens`` 0 .. 64, outputs and an accept length around it;
 * skip: outputs around ``max_new_tokens - 1``;
 * longest step: one request whose input leaves ``max_new_tokens`` 0 .. 3 * a_max + 4, decode or
-  speculative with a_max 1 .. 16, each loop order; every sequence of accept lengths is walked.
+  speculative with a_max 1 .. 16, each loop order; every sequence of accept lengths is walked;
+* longest reservation (``[...,reserved]``): the same walk, speculative only, measuring the committed
+  length a batch is formed at (what its request-table reservation starts from).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from workbench.engines.answers import Answer, catching, ok
 from workbench.engines.states import State
 
 FUNCTIONS = ("Scheduler.init_req_max_new_tokens", "Req.update_finish_state[length]",
-             "Scheduler._reqs_finishing_inflight", "longest_step[normal]", "longest_step[overlap]")
+             "Scheduler._reqs_finishing_inflight", "longest_step[normal]", "longest_step[overlap]",
+             "longest_step[normal,reserved]", "longest_step[overlap,reserved]")
 MODULES = ("schedule_batch", "scheduler", "sampling_params")
 CONTEXTS = (64, 4096, 32768, 131072, 1048576)
 
@@ -70,7 +73,16 @@ def skip_states(rng: random.Random, count: int) -> Iterator[State]:
         yield {"max_new_tokens": m, "outputs": max(0, m - 1 + rng.randint(-3, 1))}
 
 
-def loop_states(rng: random.Random, count: int, order: str) -> Iterator[State]:
+def loop_states(rng: random.Random, count: int, order: str, reserved: bool = False) -> Iterator[State]:
+    """``reserved``: speculative states only, each measuring the committed length its batches are formed at."""
+    for state in _loop_states(rng, count, order, speculative_only=reserved):
+        if reserved and state["speculative"]:
+            yield {**state, "measure": "reserved"}
+        elif not reserved:
+            yield state
+
+
+def _loop_states(rng: random.Random, count: int, order: str, speculative_only: bool = False) -> Iterator[State]:
     """The issue's recipes at ctx 32768 first (NGRAM 16, EAGLE (5, 4, 8), EAGLE (3, 1, 4), decode),
     then seeded ones; every input leaves a small ``max_new_tokens``, so all accept sequences are walked."""
     named = [(32768, None, 16, True), (32768, None, 6, True), (32768, None, 4, True), (32768, None, 1, False)]
@@ -80,7 +92,7 @@ def loop_states(rng: random.Random, count: int, order: str) -> Iterator[State]:
                    "requested": None, "speculative": speculative, "max_accept": accept, "order": order}
     for _ in range(count):
         ctx = int(2 ** rng.uniform(7, 20))
-        speculative = rng.random() < 0.75
+        speculative = rng.random() < 0.75 or speculative_only
         accept = rng.randint(1, 16) if speculative else 1
         pool = None if rng.random() < 0.6 else ctx + rng.randint(-ctx // 4, 64)
         top = ctx if pool is None else min(ctx, pool)
@@ -113,6 +125,9 @@ def model_longest(facts: model.SchedulerFacts, state: State) -> Answer:
     def run() -> Answer:
         m = model.clip(facts, state["context_len"], state.get("pool_tokens"), state["page_size"], state["input_len"],
                        state.get("requested"))
+        if state.get("measure") == "reserved":
+            return ok(largest_committed=model.longest_reservation(facts, input_len=state["input_len"], max_new_tokens=m,
+                                                                  overlap=state["order"] == "overlap"))
         step = model.longest_step(facts, input_len=state["input_len"], max_new_tokens=m,
                                   speculative=state["speculative"], overlap=state["order"] == "overlap",
                                   max_accept=state["max_accept"])
@@ -139,6 +154,6 @@ def pairs(function: str, m: Mapping[str, ModuleType], behaviour: Mapping[str, An
         for state in skip_states(rng, count):
             yield state, partial(ec.engine_skip, m, state), partial(model_skip, facts, state)
     else:
-        order = "normal" if function.endswith("[normal]") else "overlap"
-        for state in loop_states(rng, max(1, count // 10), order):
+        order = "normal" if "[normal" in function else "overlap"
+        for state in loop_states(rng, max(1, count // 10), order, reserved=function.endswith(",reserved]")):
             yield state, partial(ec.engine_longest_step, m, state), partial(model_longest, facts, state)

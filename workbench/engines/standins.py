@@ -14,11 +14,13 @@ worker, a subprocess of its own per engine version (``worker.py``).
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
 import types
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,8 +202,9 @@ class _StandInLoader(importlib.abc.Loader):
 class StandInFinder(importlib.abc.MetaPathFinder):
     """Finds the stood-in top-level names and everything under them."""
 
-    def __init__(self, names: Iterable[str], engine_dir: Path) -> None:
+    def __init__(self, names: Iterable[str], engine_dir: Path, visible: Iterable[str] = ()) -> None:
         self.names = frozenset(names)
+        self.visible = frozenset(visible)  # stood in for every importer, not only the engine's files
         self.engine_dir = str(engine_dir)
         self.used: set[str] = set()
 
@@ -211,7 +214,7 @@ class StandInFinder(importlib.abc.MetaPathFinder):
         if top not in self.names:
             return None
         # Submodules of a stood-in package are stand-ins for everyone, or they would not resolve.
-        if not isinstance(sys.modules.get(top), StandInModule) and not self._engine_imports():
+        if top not in self.visible and not isinstance(sys.modules.get(top), StandInModule) and not self._engine_imports():
             return None
         self.used.add(fullname.split(".")[0])
         return importlib.machinery.ModuleSpec(fullname, _StandInLoader(), is_package=True)
@@ -232,12 +235,40 @@ class StandInFinder(importlib.abc.MetaPathFinder):
         return False
 
 
-def install(package_dir: Path, deps: Path, extra_paths: Sequence[Path] = (), real: Sequence[str] = ()
-            ) -> StandInFinder:
+def _reexports(init: Path, package: str) -> Callable[[str], Any]:
+    """The bare package's ``__getattr__``: a name its own ``__init__`` re-exports from a submodule
+    (``from sglang.srt.x import Name`` or ``Name = LazyImport("sglang.srt.x", "Name")``), imported from
+    that submodule on first use, as the ``__init__`` would give it (0.5.3's modules do
+    ``from sglang import ServerArgs``); the ``__init__`` itself never runs."""
+    names: dict[str, tuple[str, str]] = {}
+    tree = ast.parse(init.read_text()) if init.exists() else ast.Module(body=[], type_ignores=[])
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update({alias.asname or alias.name: (node.module, alias.name) for alias in node.names})
+        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+              and getattr(node.value.func, "id", "") == "LazyImport" and len(node.value.args) == 2
+              and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.value.args)):
+            module, attr = (str(a.value) for a in node.value.args)  # type: ignore[attr-defined]
+            names.update({t.id: (module, attr) for t in node.targets if isinstance(t, ast.Name)})
+
+    def lookup(name: str) -> Any:
+        if name not in names or not names[name][0].startswith(f"{package}."):
+            raise AttributeError(f"module {package!r} has no attribute {name!r} (its __init__ is not run)")
+        module, attr = names[name]
+        return getattr(importlib.import_module(module), attr)
+    return lookup
+
+
+def install(package_dir: Path, deps: Path, extra_paths: Sequence[Path] = (), real: Sequence[str] = (),
+            visible: Sequence[str] = ()) -> StandInFinder:
     """Register ``package_dir`` as a bare package and the stand-ins; return the finder.
 
     ``real`` names libraries from ``ALWAYS_STAND_IN`` that are present and wanted for real
-    (``triton`` where it is installed).
+    (``triton`` where it is installed). ``visible`` names stand-ins every importer gets, the
+    libraries' probes included: ``torchvision`` for the releases whose pinned transformers registers
+    the engine's image processors only when it finds torchvision and then imports it (0.5.21), while
+    the cache's torchvision is a CUDA build that cannot load on a CPU torch. Its folder on
+    ``extra_paths`` still gives its metadata (the version transformers reads).
     """
     # After the running environment's own paths: torch and numpy stay the project's, the cache
     # folders only fill in what is missing.
@@ -247,10 +278,11 @@ def install(package_dir: Path, deps: Path, extra_paths: Sequence[Path] = (), rea
     package = types.ModuleType(name)
     package.__path__ = [str(package_dir)]
     package.__file__ = None
+    package.__getattr__ = _reexports(package_dir / "__init__.py", name)  # type: ignore[method-assign]
     sys.modules[name] = package
     names = set(ALWAYS_STAND_IN) - set(real)
     if "triton" not in real:
         names.add("triton")
-    finder = StandInFinder(names, package_dir)
+    finder = StandInFinder(names | set(visible), package_dir, visible)
     sys.meta_path.insert(0, finder)
     return finder

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +126,9 @@ def _pseudo(data: Mapping[str, Any], bases: Mapping[str, EngineVersion], path: P
 
 @functools.lru_cache(maxsize=4)
 def load_versions(path: str | Path = DEFAULT_VERSIONS, pseudo_path: str | Path = PSEUDO_VERSIONS) -> dict[str, EngineVersion]:
-    """Every version, by its ``NAME==VERSION``: the learned releases (oldest first per engine),
-    then the pseudo-versions over them, then ``data/engines.json``'s entries no learner replaced."""
+    """Every version, by its ``NAME==VERSION``: the learned releases (oldest first per engine), each
+    with the components no learner measures filled from ``data/engines.json``, then the
+    pseudo-versions over them, then ``data/engines.json``'s entries no learner replaced."""
     versions: dict[str, EngineVersion] = {}
     for name in ENGINES:
         for engine in sorted(learned.learned_releases(name), key=lambda e: version_key(split(e)[1])):
@@ -136,19 +137,32 @@ def load_versions(path: str | Path = DEFAULT_VERSIONS, pseudo_path: str | Path =
             if section is not None:
                 wheel = data.get("wheel", {}).get("file", "its wheel") if data else "its wheel"
                 versions[engine] = from_learned(engine, section, f"learned from {wheel}")
+    path = Path(path)
+    entries = json.loads(path.read_text()).get("versions", []) if path.exists() else []
+    read = {str(entry.get("engine")): _from_entry(entry, path) for entry in entries}
+    for engine, version in read.items():
+        if engine in versions:
+            versions[engine] = _filled(versions[engine], version)
     pseudo_file = Path(pseudo_path)
     if pseudo_file.exists():
         for entry in json.loads(pseudo_file.read_text()).get("versions", []):
             made = _pseudo(entry, versions, pseudo_file)
             if made is not None:
-                versions[made.engine] = made
-    path = Path(path)
-    if path.exists():
-        for entry in json.loads(path.read_text()).get("versions", []):
-            if entry.get("engine") not in versions:
-                version = _from_entry(entry, path)
-                versions[version.engine] = version
+                versions[made.engine] = _filled(made, read[made.engine]) if made.engine in read else made
+    for engine, version in read.items():
+        if engine not in versions:
+            versions[engine] = version
     return versions
+
+
+def _filled(learned_version: EngineVersion, read: EngineVersion) -> EngineVersion:
+    """A learned version with the components only a hand reading gives (never over a learned one)."""
+    missing = [c for c in read.fields if c not in learned_version.fields]
+    if not missing:
+        return learned_version
+    fields = {**learned_version.fields, **{c: read.fields[c] for c in missing}}
+    sources = {**learned_version.sources, **{c: read.sources[c] for c in missing if c in read.sources}}
+    return replace(learned_version, fields=fields, sources=sources)
 
 
 def measured_releases(name: str) -> list[str]:

@@ -101,11 +101,11 @@ def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: 
     real = ["triton"] if job.get("triton_dir") else []
     extra = [Path(path) for path in job.get("extra_paths", [])]
     extra += [Path(job["triton_dir"])] if job.get("triton_dir") else []
-    if real:
+    if real and job.get("triton_interpret", True):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     else:
         checks.settle_torch_without_triton()
-    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real)
+    standins.install(Path(job["package_dir"]), Path(job["deps"]), extra, real=real, visible=job.get("visible", []))
     if job.get("tolerant"):  # the release imports only statement by statement (its learned data says so)
         from workbench.engines.tolerant_import import TolerantFinder
 

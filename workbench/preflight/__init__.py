@@ -29,7 +29,8 @@ from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu,
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
-from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, table_rows, unmodelled
+from workbench.preflight.rows import (Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows,
+                                      unmodelled)
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
@@ -133,8 +134,9 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
     if failing:
         first = failing[0]
         where = {"table": f"{first.mode} at committed length {first.first_failing}",
-                 "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)"
-                 }.get(first.kind, "an exactly full pool")
+                 "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)",
+                 "reservation": f"{first.mode} at committed length {first.first_failing} (one request; its "
+                                "neighbour's row takes the spill)"}.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
                        f"{first.outcome} in {where}{_conditions(deployment, first, rows)}")
     if not deployment.graphs:
@@ -180,6 +182,7 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
     rows += case_rows(deployment, device) if deployment.graphs else []
     rows += pooled_rows(deployment, device)
+    rows += reservation_rows(deployment, device)
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
     status, verdict = _verdict(deployment, rows, missing)

@@ -11,6 +11,10 @@ A pooled row is one flat ``kv_indices`` buffer shared by a batch (``backends/poo
 first failing length is that of its worst batch, every request at one length (a graph's
 ``max_bs``, one request for a buffer sized per call, which a run meets with or without graphs).
 
+A reservation row is the request table itself (``backends/sglang_req_to_token.py``): a speculative
+decode step's reservation written into ``req_to_token``, failing for one request whose committed
+length, when its batch is formed (``analysis.reach.reservation_reach``), leaves too little of its row.
+
 An allocator row is ``alloc_decode`` on an exactly full free pool (the scheduler admits one:
 ``available_size() >= needed``) with the gather the version ships for the device.
 """
@@ -25,8 +29,9 @@ from workbench import backends
 from workbench.analysis.boundary import Boundary, BoundaryError, PredictionMismatch, fast_boundary, find_boundary, predict_boundary
 from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.analysis.memory import min_safe_width
-from workbench.analysis.reach import Reach, reach
+from workbench.analysis.reach import Reach, reach, reservation_reach
 from workbench.analysis.verdict_numbers import kv_share
+from workbench.backends import sglang_req_to_token as rt
 from workbench.backends.base import INT32_BYTES, TableBackend
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay, TableCase
@@ -49,7 +54,7 @@ class Fix:
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # "table", "pooled" or "allocator"
+    kind: str  # "table", "pooled", "reservation" or "allocator"
     backend: str  # the registry name, or the gather for an allocator row
     buffer: str  # the engine's attribute: "block_tables", "page_table", "alloc_decode"
     mode: str  # a table mode, or "exact-fit"
@@ -278,6 +283,45 @@ def pooled_rows(deployment: Deployment, device: str) -> list[Row]:
                 pool_holds=held[1], conditions=(*where.conditions, held[0]) if where.reaches(first) else (),
             ))
     return rows
+
+
+def reservation_rows(deployment: Deployment, device: str) -> list[Row]:
+    """The request table's own row: the version's reservation rule (data/engines.json) for a
+    speculative launch whose algorithm takes the path, graphs or not (the step runs on the host).
+    One request at the failing length is enough, so its pool need is that length alone."""
+    g, model = deployment.geometry, backends.reservation_backend_of(rt.NAME)
+    if model.engine != deployment.version.family or model.device_family != deployment.device_family:
+        return []
+    entry = deployment.version.backend_fields(rt.NAME).get("reservation")
+    algorithm = deployment.conditions.algorithm or ("EAGLE" if g.draft_has_kv else "NGRAM")
+    if not isinstance(entry, dict) or model.applies(g) is not None or algorithm not in entry.get("algorithms", ()):
+        return []
+    top = entry.get("topk_max")
+    if top is not None and g.spec_topk > int(str(top)):
+        return []
+    rule, check = str(entry["rule"]), str(entry["check"])
+    first = model.first_failure(g, rule)
+    where = reservation_reach(deployment.reach_rule, g, deployment.conditions)
+    result = model.probe(g, rule, check, [first], device) if first is not None else None
+    rows = g.max_bs + 1
+    size = rt.table_bytes(g, rows)
+    held = _pool_condition(deployment, 1, first)
+    reachable = where.reaches(first) and held[1] is not False
+    fix = None
+    if reachable:
+        extra = rt.safe_extra(g, where.largest_committed, rule)
+        safe = rows * (g.context_len + extra) * INT32_BYTES
+        fix = Fix(None, g.context_len + extra, safe, safe - size, kv_share(safe - size, deployment.kv_budget_bytes),
+                  f"rows of ctx + {extra} (the reservation at the reachable length)")
+    return [Row(
+        kind="reservation", backend=rt.NAME, buffer="req_to_token", mode="decode-reservation", step_id=0, rule=rule,
+        rule_source=deployment.version.backend_source(rt.NAME, "reservation"), width=g.request_table_width,
+        unit="entries", first_failing=first, outcome=result.outcome.value if result else "ok",
+        message=result.error if result else None, reach=where.largest_committed, margin=where.margin(first),
+        reachable=reachable, bytes=size, fix=fix, replay=check, reach_why=where.why,
+        batch=1 if first is not None else None, pool_needed=first, pool_tokens=deployment.pool_tokens,
+        pool_holds=held[1], conditions=(*where.conditions, held[0]) if where.reaches(first) else (),
+    )]
 
 
 def _pool_condition(deployment: Deployment, batch: int, first: int | None) -> tuple[str, bool | None]:

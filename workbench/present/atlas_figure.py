@@ -1,72 +1,124 @@
-"""The atlas at a glance: one row per backend and engine version, one column per graph mode, each
-cell coloured by what a real run meets: safe, a failure past what a run reaches, or a reachable one.
+"""The atlas at a glance: one row per backend and engine release, one column per graph mode, each
+cell coloured by what a real run meets, in the words of ``workbench.present.words``: safe, fails
+past reach (a margin), fails loudly or fails silently (a run reaches it).
 
-Rows rather than columns carry the versions: a version string such as
-``sglang==0.5.14+dsa-width-w`` is wider than a cell, and tick labels side by side on an x axis
-overlap once there are more than a handful of versions; stacked on the y axis they never do.
-Takes ``workbench.analysis.atlas.summarize``'s frame; computes nothing but the labels.
+Rows rather than columns carry the releases: a version string is wider than a cell, and stacked on
+the y axis they never overlap. Consecutive releases of a backend whose cells are all the same share
+one row (``0.5.14, 0.5.18, 0.5.23``), so the figure grows with what changes, not with the number of
+releases. It is drawn to fit JupyterLab's default notebook width (``MAX_WIDTH``). Takes
+``workbench.analysis.atlas.summarize``'s frame; computes nothing but the labels.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 
 import pandas as pd  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-STATUS_LABELS = {"safe": "safe", "unreachable": "fails, unreachable", "reachable": "reachable failure"}
-STATUS_COLOURS = {"safe": "#2ca02c", "unreachable": "#f2c14e", "reachable": "#d62728"}
-MODE_ORDER = ("decode", "target-verify", "draft-decode", "draft-extend")
-ROW_PX, COLUMN_PX = 62, 170  # a cell holds three lines of 11 px text; its column the widest outcome
+from workbench.analysis.findings import release_key
+from workbench.present.words import COLOURS, LOUD, NOT_APPLICABLE, PAST_REACH, SAFE, SILENT, status_word
 
-
-def _version_key(engine: str) -> tuple[str, tuple[int, ...], str]:
-    """'sglang==0.5.14+dsa-width-w' -> ('sglang', (0, 5, 14), '+dsa-width-w'): numeric release order,
-    a pseudo-version right after the release it patches."""
-    name, _, version = engine.partition("==")
-    release, _, local = version.partition("+")
-    return name, tuple(int(n) for n in re.findall(r"\d+", release)), local
+CELL_WORDS = (SAFE, PAST_REACH, LOUD, SILENT, NOT_APPLICABLE)  # the colour bar's order
+MODE_ORDER = ("decode", "target-verify", "draft-decode", "draft-extend", "draft-decode-eager")
+ROW_PX, COLUMN_PX, LABEL_PX = 44, 118, 300  # a cell holds three lines of 10 px text
+TOP_PX = 160  # the title, the colour bar and the graph modes above the cells
+MAX_WIDTH = 940  # JupyterLab 4's output area at a 1400 px window with its file browser open
+MAX_VERSIONS_NAMED = 3  # a shared row names up to this many releases, else its first and last
+NO_GRAPH, NOT_MODELLED = "no such graph", "not modelled"
 
 
 def _cell_text(row: pd.Series) -> str:
     if row.status == "safe":
-        return "safe"
-    margin = int(row.margin)
-    return f"{row.outcome}<br>at {int(row.first_failing_seq_len)}<br>margin {margin:+d}"
+        return SAFE
+    return f"{row.outcome}<br>s {int(row.first_failing_seq_len):,}<br>margin {int(row.margin):+,}"
+
+
+def _cells(summary: pd.DataFrame, modes: Sequence[str]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(backend, engine) -> per mode (word, text); modes a backend lacks say why."""
+    elsewhere = set(zip(summary.backend, summary["mode"]))
+    cells: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for backend, engine in zip(summary.backend, summary.engine):
+        cells[(backend, engine)] = [(NOT_APPLICABLE, NOT_MODELLED if (backend, m) in elsewhere else NO_GRAPH)
+                                    for m in modes]
+    for _, row in summary.iterrows():
+        cells[(row.backend, row.engine)][modes.index(row["mode"])] = (status_word(row.status, row.outcome), _cell_text(row))
+    return cells
+
+
+def _version(engine: str) -> str:
+    return engine.partition("==")[2] or engine
+
+
+def _label(backend: str, engines: Sequence[str]) -> str:
+    name = engines[0].partition("==")[0]
+    versions = [_version(e) for e in engines]
+    if len(versions) > MAX_VERSIONS_NAMED:
+        shown = f"{versions[0]} to {versions[-1]} ({len(versions)} releases)"
+    else:
+        shown = ", ".join(versions)
+    return f"{backend}<br>{name} {shown}" if name != engines[0] else f"{backend}<br>{name}"
+
+
+def atlas_rows(summary: pd.DataFrame, modes: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(label, cells) per figure row: each backend's releases in order, consecutive releases with the
+    same cells in every mode joined into one row."""
+    cells = _cells(summary, modes)
+    rows: list[tuple[str, list[tuple[str, str]]]] = []
+    for backend in sorted({b for b, _ in cells}):
+        engines = sorted((e for b, e in cells if b == backend), key=release_key)
+        run: list[str] = []
+        for engine in engines + [""]:
+            same_engine = bool(run) and engine.partition("==")[0] == run[0].partition("==")[0]
+            if run and (not engine or not same_engine or cells[(backend, engine)] != cells[(backend, run[0])]):
+                rows.append((_label(backend, run), cells[(backend, run[0])]))
+                run = []
+            if engine:
+                run.append(engine)
+    return rows
 
 
 def atlas_figure(summary: pd.DataFrame) -> go.Figure:
-    """One heatmap cell per (backend, engine version) x mode: the worst setting's status and first failing length."""
-    rows = sorted({(b, e) for b, e in zip(summary.backend, summary.engine)}, key=lambda r: (r[0], _version_key(r[1])))
+    """One heatmap cell per (backend, engine releases) x mode: the worst setting's word, outcome,
+    first failing committed length and margin."""
     modes = sorted(set(summary["mode"]), key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else len(MODE_ORDER), m))
-    codes = {s: i for i, s in enumerate(STATUS_LABELS)}
-    z: list[list[float | None]] = [[None] * len(modes) for _ in rows]
-    # A mode the backend has under some version but not this one: the version's data do not say
-    # (not read, or not modelled there), which is not the same as a backend without the graph.
-    elsewhere = set(zip(summary.backend, summary["mode"]))
-    text: list[list[str]] = [["not modelled" if (backend, mode) in elsewhere else "no such graph" for mode in modes]
-                             for backend, _ in rows]
-    for _, row in summary.iterrows():
-        i, j = rows.index((row.backend, row.engine)), modes.index(row["mode"])
-        z[i][j] = codes[row.status]
-        text[i][j] = _cell_text(row)
-    n = len(STATUS_LABELS)
+    rows = atlas_rows(summary, modes)
+    codes = {word: i for i, word in enumerate(CELL_WORDS)}
+    n = len(CELL_WORDS)
     scale = []
-    for k, status in enumerate(STATUS_LABELS):  # a discrete scale: one flat band per status
-        scale += [[k / n, STATUS_COLOURS[status]], [(k + 1) / n, STATUS_COLOURS[status]]]
+    for k, word in enumerate(CELL_WORDS):  # a discrete scale: one flat band per word
+        scale += [[k / n, COLOURS[word]], [(k + 1) / n, COLOURS[word]]]
+    height = TOP_PX + ROW_PX * len(rows) + 20
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(modes), y=[f"{backend}<br>{engine}" for backend, engine in rows], text=text,
-        texttemplate="%{text}", textfont={"size": 11}, colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=3, ygap=3,
-        colorbar={"title": {"text": "what a run meets"}, "len": 240, "lenmode": "pixels", "y": 1, "yanchor": "top",
-                  "tickvals": list(range(n)),
-                  "ticktext": list(STATUS_LABELS.values())},
+        z=[[codes[word] for word, _ in cells] for _, cells in rows], x=list(modes), y=[label for label, _ in rows],
+        text=[[text for _, text in cells] for _, cells in rows], texttemplate="%{text}", textfont={"size": 10},
+        colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=3, ygap=3,
+        # across the top, under the title (container coordinates, in pixels from the top)
+        colorbar={"title": {"text": "what a run meets", "side": "right"}, "orientation": "h", "x": 0, "xanchor": "left",
+                  "y": 1 - 42 / height, "yanchor": "top", "yref": "container", "len": 0.9, "thickness": 14, "tickangle": 0,
+                  "tickvals": list(range(n)), "ticktext": list(CELL_WORDS)},
         hovertemplate="%{y}<br>%{x}<br>%{text}<extra></extra>",
     ))
+    width = min(MAX_WIDTH, LABEL_PX + COLUMN_PX * len(modes) + 40)
     fig.update_layout(
-        title="Atlas: can a real run fail? (worst setting per backend, engine version and mode)",
-        xaxis={"title": "graph mode", "side": "top"},
-        yaxis={"title": "backend (graph-captured table) and engine version", "autorange": "reversed", "automargin": True},
-        height=200 + ROW_PX * len(rows), width=max(760, COLUMN_PX * len(modes) + 460),
-        margin={"l": 40, "t": 130, "b": 40},
+        title={"text": "Atlas: can a real run fail? (worst setting per backend, releases and graph mode)", "x": 0.01,
+               "y": 1 - 12 / height, "yanchor": "top", "yref": "container"},
+        xaxis={"title": {"text": "graph mode"}, "side": "top", "tickfont": {"size": 11}},
+        yaxis={"title": {"text": "backend and engine releases"}, "autorange": "reversed", "automargin": True,
+               "tickfont": {"size": 10}},
+        height=height, width=width, font={"family": "DejaVu Sans, Arial, sans-serif", "size": 12},
+        margin={"l": 20, "r": 20, "t": TOP_PX, "b": 20},
     )
     return fig
+
+
+def atlas_caption(summary: pd.DataFrame) -> str:
+    """What to see in the figure, every number from the summary: how many rows a run breaks (loud,
+    silent), and the range of margins of the rows that fail only past reach."""
+    words = [status_word(s, o) for s, o in zip(summary.status, summary.outcome)]
+    count = {word: words.count(word) for word in (SAFE, PAST_REACH, LOUD, SILENT)}
+    past = summary[summary.status == "unreachable"]
+    margins = f" (margins {int(past.margin.min()):+,} to {int(past.margin.max()):+,} tokens)" if not past.empty else ""
+    return (f"One row per backend and releases, one column per graph mode; of {len(summary)} backend, release and mode "
+            f"rows, {count[LOUD]} {LOUD} and {count[SILENT]} {SILENT} in a real run (red, orange), {count[PAST_REACH]} "
+            f"{PAST_REACH}{margins} (blue), {count[SAFE]} are {SAFE} at every committed length the table holds (green).")

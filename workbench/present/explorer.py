@@ -39,6 +39,9 @@ MAX_EXPLORER_CONTEXT = 1 << 20
 CONTEXT_PRESETS = {"4k": 4096, "8k": 8192, "16k": 16384, "32k": 32768, "64k": 65536, "128k": 131072,
                    "GLM-5 202,752": 202752, "256k": 262144, "512k": 524288, "1M": 1 << 20}
 SPARE_PAGES = (-2, 2)  # the exact-fit sweep holds free pools from 0 to pages_needed + 2
+# The drafter's shape: what width generations g2 and g3 size the request table for. NGRAM with
+# topk 10 and no draft KV is the first seed's launch; EAGLE chains D - 1 steps of one branch each.
+DRAFTERS = ("NGRAM topk 10", "EAGLE topk 1")
 MODE_LABELS = {
     "decode": "decode (1 new token)", "target-verify": "target-verify (D drafts read)",
     "draft-decode": "draft-decode (a drafter step)", "draft-extend": "draft-extend (accepted tokens)",
@@ -57,6 +60,7 @@ class ExplorerState:
     rule: str = "context"
     mode: str = "target-verify"
     width_gen: str = "g1"
+    drafter: str = DRAFTERS[0]  # one of ``DRAFTERS``
     gather: str = "npu-legacy"
     batch: str = "seed [5, 10, 7]"  # a name of ``workbench.analysis.exact_fit.batch_compositions``
     max_batch: int = 8
@@ -80,10 +84,15 @@ class ExplorerView:
 
 
 def geometry_of(state: ExplorerState) -> ServingGeometry:
-    # EAGLE with topk 1 forces D = steps + 1; the drafter shape only matters for g2/g3 widths.
-    steps = max(1, state.draft_tokens - 1)
+    """The state's launch. The drafter's shape only moves ``W`` under g2 (topk > 1) and g3."""
+    if state.drafter not in DRAFTERS:
+        raise ValueError(f"drafter: {state.drafter!r} is not one of {', '.join(DRAFTERS)}")
+    if state.drafter.startswith("NGRAM"):  # one draft pass of topk 10 branches, no KV of its own
+        shape: dict[str, Any] = {"spec_steps": 1, "spec_topk": 10, "draft_has_kv": False}
+    else:  # EAGLE with topk 1: D = steps + 1
+        shape = {"spec_steps": max(1, state.draft_tokens - 1), "spec_topk": 1, "draft_has_kv": True}
     return ServingGeometry(context_len=state.context_len, page_size=state.page_size,
-                           draft_tokens=state.draft_tokens, spec_steps=steps, width_gen=state.width_gen)
+                           draft_tokens=state.draft_tokens, width_gen=state.width_gen, **shape)
 
 
 def longest_seq_len(state: ExplorerState) -> int:
@@ -145,14 +154,15 @@ def summary_line(case: Case, result: ProbeResult) -> str:
 def _table_figure(state: ExplorerState, case: TableCase, device: str) -> Any:
     from workbench.present.plots import request_trace_plot
 
-    trace = request_trace(case, steps=TRACE_STEPS, device=device)
     s = case.seq_lens[0]
+    trace = request_trace(case, steps=TRACE_STEPS, device=device, last=s)  # the steps a run takes, up to s
     step = trace[trace["seq_len"] == s].iloc[0]  # the explored step, as the trace executed it
     fig = request_trace_plot(trace, mark_seq_len=s)
-    fig.update_layout(title={"text": (
+    fig.update_layout(title={"font": {"size": 14}, "text": (
         f"{case.component} · rule {case.rule} · {case.mode.value} · ctx {state.context_len:,} · ps {state.page_size}"
-        f" · D {state.draft_tokens}<br><sup>at s = {s:,}: {step['outcome']} (reads {int(step['reads']):,} tokens;"
-        f" buffer {int(step['buffer_capacity_tokens']):,} tokens, W {int(step['request_table_width']):,})</sup>")})
+        f" · D {state.draft_tokens} · {state.width_gen} · {state.drafter}<br><sup>at s = {s:,}: {step['outcome']}"
+        f" (reads {int(step['reads']):,} tokens; buffer {int(step['buffer_capacity_tokens']):,} tokens,"
+        f" W {int(step['request_table_width']):,})</sup>")})
     return fig
 
 
@@ -208,14 +218,26 @@ def explore(state: ExplorerState, device: str = "cpu", *, with_figure: bool = Tr
 TABLE_HELP = (
     "<b>Try:</b> switch <i>rule</i> from <code>context</code> to <code>req-to-token</code>; type a context length "
     "(press Enter) or pick a preset; raise <i>draft tokens</i> or <i>overshoot</i> (tokens a request may pass "
-    "<code>ctx - 1</code> for one step). The line below is the executed probe at the longest committed length; "
-    "the figure traces the request's last steps."
+    "<code>ctx - 1</code> for one step); under <i>width gen</i> g2 and g3 the <i>drafter</i> sizes <code>W</code>. "
+    "The line below is the executed probe at the longest committed length a run reaches; the figure traces the "
+    "request's last steps up to it."
 )
-ALLOCATOR_HELP = (
-    "<b>Try:</b> switch <i>gather</i> between <code>npu-legacy</code>, <code>npu-clamped</code> and "
-    "<code>cuda-masked</code>; move <i>spare pages</i> (free pages beyond what the batch opens: 0 is the exact fit, "
-    "negative a real shortage); pick a <i>batch</i> (o: the row's new token opens a page) or type its row count."
-)
+
+
+def _or_list(names: list[str]) -> str:
+    """``a``, ``b`` and ``c`` as HTML code words: every option a dropdown has, named once."""
+    words = [f"<code>{name}</code>" for name in names]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
+
+
+def allocator_help() -> str:
+    """The allocator explorer's help line, naming every gather its dropdown offers."""
+    return (
+        f"<b>Try:</b> switch <i>gather</i> between {_or_list([g.value for g in Gather])}; move <i>spare pages</i> "
+        "(free pages beyond what the batch opens: 0 is the exact fit, negative a real shortage); pick a <i>batch</i> "
+        "(each row's character: <code>o</code> its new token opens a page, <code>.</code> it does not) or type its "
+        "row count."
+    )
 
 
 Controls = tuple[dict[str, Any], dict[str, Any], list[list[str]]]  # controls, shortcuts, rows
@@ -236,8 +258,10 @@ def _table_controls(start: ExplorerState) -> Controls:
         "mode": w.Dropdown(options=[(MODE_LABELS.get(m.value, m.value), m.value) for m in backend.modes],
                            value=start.mode, description="mode"),
         "width_gen": w.Dropdown(options=WIDTH_GENERATIONS, value=start.width_gen, description="width gen"),
+        "drafter": w.Dropdown(options=DRAFTERS, value=start.drafter, description="drafter"),
     }
-    rows = [["context_len", "context_preset", "page_size"], ["draft_tokens", "overshoot"], ["rule", "mode", "width_gen"]]
+    rows = [["context_len", "context_preset", "page_size"], ["draft_tokens", "overshoot", "drafter"],
+            ["rule", "mode", "width_gen"]]
     return controls, {"context_preset": presets}, rows
 
 
@@ -268,7 +292,7 @@ class Explorer:
         self.shortcuts = shortcuts
         if not table:  # before the panel's own observer: the batch list is current when it redraws
             controls["max_batch"].observe(self._batches_changed, names="value")
-        self.panel = LivePanel(controls, rows, self._draw, TABLE_HELP if table else ALLOCATOR_HELP, shortcuts)
+        self.panel = LivePanel(controls, rows, self._draw, TABLE_HELP if table else allocator_help(), shortcuts)
         self.outcome = self.panel.outcome
         self.widget = self.panel.widget
 

@@ -32,6 +32,12 @@ class Drawn:
     uirevision: str = ""  # a zoom is kept while this stays the same (e.g. the same context length)
 
 
+def error_line(err: BaseException) -> str:
+    """An explorer's failure as the one line it shows under its controls."""
+    message = " ".join(str(err).split()) or "no message"
+    return f"error: {type(err).__name__}: {message}"
+
+
 def _empty_figure(reason: str) -> Any:
     import plotly.graph_objects as go  # type: ignore[import-untyped]
 
@@ -51,7 +57,7 @@ class LiveFigure:
         self._sent: list[Any] = []  # each shown trace as last sent (plotly JSON), to skip unchanged ones
         self._template: Any = None
 
-    def show(self, figure: Any, uirevision: str = "") -> None:
+    def show(self, figure: Any, uirevision: str = "", redraw: int = 0) -> None:
         """Take ``figure``'s traces and layout. When its traces match the shown ones in number and
         type (the plots keep them constant, empty where there is nothing to draw), every change goes
         to the page as one batched update (one redraw); otherwise the traces are replaced."""
@@ -60,6 +66,7 @@ class LiveFigure:
         layout = figure.layout.to_plotly_json()
         layout.setdefault("height", FIGURE_HEIGHT)
         layout["uirevision"] = uirevision or None
+        layout["meta"] = {**(layout.get("meta") or {}), "redraw": redraw}  # which redraw the page shows
         new = list(figure.data)
         sent = [pio.to_json(trace.to_plotly_json(), validate=False) for trace in new]
         same = len(new) == len(self.widget.data) and all(a.type == b.type for a, b in zip(self.widget.data, new))
@@ -90,7 +97,9 @@ class LivePanel:
     ``rows`` lays the controls out (names per row, of ``controls`` or of ``shortcuts``: widgets shown
     but not read, such as a preset slider that writes into a control); ``help_text`` is one line of
     HTML above them saying what the controls mean and what to try. CSS classes ``workbench-explorer`` (the box),
-    ``workbench-outcome`` (the line) and ``workbench-figure`` (the figure) let a browser test find them.
+    ``workbench-outcome`` (the line) and ``workbench-figure`` (the figure) let a browser test find them;
+    each redraw is numbered in both (the line's ``data-redraw``, the figure's ``layout.meta.redraw``),
+    so a test knows when the page shows a redraw whole, even one that changes nothing visible.
     """
 
     def __init__(self, controls: Mapping[str, Any], rows: Sequence[Sequence[str]], draw: Callable[[dict[str, Any]], Drawn],
@@ -104,6 +113,7 @@ class LivePanel:
         self.figure = LiveFigure()
         self.figure.widget.add_class("workbench-figure")
         self.drawn: Drawn | None = None
+        self.redraws = 0  # shown in the line (``data-redraw``) and the figure (``layout.meta.redraw``)
         parts: list[Any] = [w.HTML(help_text)] if help_text else []
         shown = {**(shortcuts or {}), **self.controls}
         parts += [w.HBox([shown[name] for name in row]) for row in rows]
@@ -120,10 +130,15 @@ class LivePanel:
         self.redraw()
 
     def redraw(self) -> Drawn:
-        drawn = self.draw(self.values())
+        try:
+            drawn = self.draw(self.values())
+        except Exception as err:  # shown in the explorer itself, never only in JupyterLab's log console
+            drawn = Drawn(error_line(err), True, None)
         colour = FAILED_COLOUR if drawn.failed else OK_COLOUR
-        self.outcome.value = f'<b style="color:{colour}">{html.escape(drawn.summary)}</b>'
-        self.figure.show(drawn.figure if drawn.figure is not None else _empty_figure(drawn.summary), drawn.uirevision)
+        self.redraws += 1
+        self.outcome.value = f'<b style="color:{colour}" data-redraw="{self.redraws}">{html.escape(drawn.summary)}</b>'
+        figure = drawn.figure if drawn.figure is not None else _empty_figure(drawn.summary)
+        self.figure.show(figure, drawn.uirevision, self.redraws)
         self.drawn = drawn
         return drawn
 

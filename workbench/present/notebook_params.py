@@ -5,10 +5,16 @@ bad value (a typo in ``-p page_sizes ...``, a rule that does not exist) stops th
 second cell with one line naming the parameter and what is allowed, instead of failing deep
 inside a sweep. Each check returns the value in the shape the library wants (tuples, a resolved
 device string, a created ``Path``).
+
+Relative folders (``output_dir = "../reports"``) are read against the notebook's own folder, never
+the working directory: ``papermill notebooks/05_atlas.ipynb out.ipynb`` run from anywhere writes into
+the checkout's ``reports/``, as JupyterLab does. The notebook's folder is the one JupyterLab names
+for the kernel (``JPY_SESSION_NAME``, the notebook's path), else the workbench's ``notebooks/``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -85,11 +91,39 @@ def check_device(value: object) -> str:
         raise ParameterError(str(err)) from None  # the message already names "device"
 
 
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def notebook_folder() -> Path:
+    """The running notebook's folder: JupyterLab's session path when it names a notebook that exists,
+    else the workbench's ``notebooks/`` (papermill tells the kernel nothing of its input path)."""
+    session = Path(os.environ.get("JPY_SESSION_NAME", ""))
+    if session.suffix == ".ipynb" and session.is_absolute() and session.is_file():
+        return session.parent
+    return NOTEBOOKS_DIR
+
+
+def resolve_folder(value: str | Path) -> Path:
+    """A folder parameter as an absolute path: a relative one is read against ``notebook_folder()``."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (notebook_folder() / path).resolve()
+
+
+def check_cache_dir(value: object) -> Path | None:
+    """The sweep cache folder (relative: to the notebook's folder), or None for no cache."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise ParameterError(f"cache_dir: {value!r} is not a folder name (or None for no cache)")
+    return resolve_folder(value)
+
+
 def check_output_dir(value: object) -> Path:
-    """The output folder (created), with its ``figures/`` subfolder where notebooks write figures."""
+    """The output folder (created; relative: to the notebook's folder), with its ``figures/``
+    subfolder where notebooks write figures."""
     if not isinstance(value, (str, Path)) or not str(value).strip():
         raise ParameterError(f"output_dir: {value!r} is not a folder name")
-    path = Path(value)
+    path = resolve_folder(value)
     try:
         (path / "figures").mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -15,7 +15,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
-from workbench.present.verdicts import NOT_APPLICABLE, VERDICT_COLOURS, VERDICTS, with_verdicts
+from workbench.present.verdicts import VERDICT_COLOURS, VERDICTS, with_verdicts
+from workbench.present.words import NOT_APPLICABLE
 
 OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "silent-overwrite", "host-assert",
             "invalid")
@@ -25,7 +26,10 @@ OUTCOME_COLOURS = {
     "invalid": "#bcbd22",
 }
 FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
-WIDTH = 1100  # every figure is drawn for this width (the report page and the PNGs)
+# Every figure is drawn for this width (the report page, the PNGs and the notebooks): JupyterLab 4's
+# output area at a 1400 px window with its file browser open, so nothing is cut off there.
+MAX_NOTEBOOK_WIDTH = 940
+WIDTH = MAX_NOTEBOOK_WIDTH
 
 
 def _sorted_values(frame: pd.DataFrame, column: str) -> list[Any]:
@@ -37,8 +41,8 @@ def _config_label(row: pd.Series, parts: list[str]) -> str:
     return " · ".join(f"{names.get(p, p + '=')}{row[p]}" for p in parts)
 
 
-def _base_layout(fig: go.Figure, title: str, height: int, **extra: Any) -> go.Figure:
-    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, height=height, width=WIDTH, font=FONT,
+def _base_layout(fig: go.Figure, title: str, height: int, width: int = WIDTH, **extra: Any) -> go.Figure:
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, height=height, width=width, font=FONT,
                       plot_bgcolor="white", **extra)
     return fig
 
@@ -149,12 +153,12 @@ def fix_cost_plot(cost: pd.DataFrame) -> go.Figure:
                     hovertemplate=f"{rule}<br>%{{x}}: %{{y:,}}<extra></extra>",
                 ), row=r, col=c)
             fig.update_yaxes(rangemode="tozero", row=r, col=c, tickformat=",d" if column == "extra_bytes" else "~g", title_text=(
-                f"extra bytes over {baseline} (bytes)" if column == "extra_bytes" else "extra share of KV budget (ppb)"))
+                f"extra bytes over {baseline} (bytes)" if column == "extra_bytes" else "extra share of KV budget (parts per billion)"))
             fig.update_xaxes(title_text="model preset", row=r, col=c)
     fig.update_layout(barmode="group", legend={"title": {"text": "rule"}, "orientation": "h", "y": -0.2 / len(components),
                                                "yanchor": "top", "x": 0})
     fig.update_yaxes(gridcolor="#eeeeee")
-    title = f"What each rule costs beyond the {baseline} rule (max_bs rows, int32; ppb = parts per billion)"
+    title = f"What each rule costs beyond the {baseline} rule (max_bs rows of int32)"
     if notes:
         title += "<br><sup>" + "; ".join(notes) + "</sup>"
     return _base_layout(fig, title, 200 + 380 * len(components), margin={"b": 130, "t": 110})
@@ -163,54 +167,68 @@ def fix_cost_plot(cost: pd.DataFrame) -> go.Figure:
 # ---- the allocator -----------------------------------------------------------------------------
 
 
+def _batch_label(batch: str, pattern: str) -> str:
+    """A batch as its y tick: its name and its rows (``o`` opens a page, ``.`` does not)."""
+    return f"{batch}  {pattern}"
+
+
 def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -> go.Figure:
-    """Free pages (y) for each batch (x: its pattern, o for a row whose new token opens a page),
-    coloured by outcome; black dashes mark the pages the batch needs (the exact fit). Panels per
-    gather (columns) and page size (rows), every panel with the batches in the same order.
-    ``mark``: rows of the frame to circle (the explorer's state)."""
+    """Each batch (y: its name and rows, ``o`` for a row whose new token opens a page, ``.`` for one
+    that does not) against the free pages it meets (x), coloured by outcome; a black bar marks the
+    pages the batch opens (the exact fit). Panels per gather (columns) and page size (rows), every
+    panel with the batches in the same order. ``mark``: rows of the frame to circle (the explorer's state)."""
     gathers = list(dict.fromkeys(alloc_frame["gather"]))
     page_sizes = _sorted_values(alloc_frame, "page_size")
-    patterns = list(dict.fromkeys(alloc_frame["pattern"]))
+    labelled = alloc_frame.assign(label=[_batch_label(b, p) for b, p in zip(alloc_frame["batch"], alloc_frame["pattern"])])
+    labels = list(dict.fromkeys(labelled["label"]))
+    panel_px = 18 * len(labels) + 30
+    height = 190 + panel_px * len(page_sizes)
+    # Gathers name the columns (once, on top); page sizes name the rows (each row's y title).
     fig = make_subplots(rows=len(page_sizes), cols=len(gathers), shared_yaxes=True, shared_xaxes=True,
-                        subplot_titles=[f"{g} · page size {p}" for p in page_sizes for g in gathers],
-                        horizontal_spacing=0.03, vertical_spacing=0.12 if len(page_sizes) > 1 else 0.0)
+                        subplot_titles=[g if r == 0 else "" for r in range(len(page_sizes)) for g in gathers],
+                        horizontal_spacing=0.02, vertical_spacing=min(0.2, 40 / height) if len(page_sizes) > 1 else 0.0)
     shown: set[str] = set()
     for r, ps in enumerate(page_sizes, start=1):
         for c, gather in enumerate(gathers, start=1):
-            panel = alloc_frame[(alloc_frame["gather"] == gather) & (alloc_frame["page_size"] == ps)]
+            panel = labelled[(labelled["gather"] == gather) & (labelled["page_size"] == ps)]
             for outcome in OUTCOMES:  # a trace per outcome in every panel, empty where none: constant traces
                 group = panel[panel["outcome"] == outcome]
                 fig.add_trace(go.Scatter(  # plain lists: plotly validates a pandas column several times slower
-                    x=group["pattern"].tolist(), y=group["free_pages"].tolist(), mode="markers", name=outcome,
+                    x=group["free_pages"].tolist(), y=group["label"].tolist(), mode="markers", name=outcome,
                     legendgroup=outcome, showlegend=outcome not in shown and not group.empty,
-                    marker={"color": OUTCOME_COLOURS[outcome], "size": 10},
-                    customdata=group[["batch", "pages_needed"]].values.tolist(), text=group["error"].tolist(),
-                    hovertemplate="%{customdata[0]} (%{x})<br>free %{y}, needed %{customdata[1]}<br>%{text}<extra></extra>",
+                    marker={"color": OUTCOME_COLOURS[outcome], "size": 9},
+                    customdata=group[["pages_needed"]].values.tolist(), text=group["error"].tolist(),
+                    hovertemplate="%{y}<br>free %{x}, needed %{customdata[0]}<br>%{text}<extra></extra>",
                 ), row=r, col=c)
                 if not group.empty:
                     shown.add(outcome)
-            needed = panel.drop_duplicates("pattern")
+            needed = panel.drop_duplicates("label")
             fig.add_trace(go.Scatter(
-                x=needed["pattern"].tolist(), y=needed["pages_needed"].tolist(), mode="markers",
-                name="pages the batch opens (exact fit)",
-                legendgroup="needed", showlegend=(r, c) == (1, 1), hoverinfo="skip",
-                marker={"symbol": "line-ew-open", "size": 20, "color": "black", "line": {"width": 2}},
+                x=needed["pages_needed"].tolist(), y=needed["label"].tolist(), mode="markers",
+                name="pages the batch opens (exact fit)", legendgroup="needed", showlegend=(r, c) == (1, 1),
+                hoverinfo="skip", marker={"symbol": "line-ns-open", "size": 16, "color": "black", "line": {"width": 2}},
             ), row=r, col=c)
             if mark is not None:  # in every panel, empty but in the explored one (``mark_states`` moves it)
                 fig.add_trace(go.Scatter(
                     x=[], y=[], mode="markers", name="explored state", legendgroup="mark", showlegend=False,
                     meta={"gather": gather, "page_size": ps},
-                    marker={"symbol": "circle-open", "size": 22, "color": "black", "line": {"width": 2}},
+                    marker={"symbol": "circle-open", "size": 18, "color": "black", "line": {"width": 2}},
                 ), row=r, col=c)
     if mark is not None:
         mark_states(fig, mark)
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=patterns, tickfont={"family": "monospace"})
-    fig.update_xaxes(title_text="batch (o: row opens a page)", row=len(page_sizes))
-    fig.update_yaxes(title_text="free pages (pages)", col=1, dtick=1, rangemode="tozero", gridcolor="#eeeeee")
-    return _base_layout(fig, "alloc_decode on pools around the exact fit: outcome per batch and free-pool size",
-                        200 + 300 * len(page_sizes), legend={"title": {"text": "outcome"}, "x": 1.02, "y": 1,
-                                                             "yanchor": "top"},
-                        margin={"r": 230})
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=labels, autorange="reversed",
+                     tickfont={"family": "DejaVu Sans Mono, monospace", "size": 11}, gridcolor="#eeeeee")
+    for r, ps in enumerate(page_sizes, start=1):
+        fig.update_yaxes(title_text=f"batch (page size {ps})", row=r, col=1)
+    most = int(max(alloc_frame["free_pages"].max(), alloc_frame["pages_needed"].max()))
+    fig.update_xaxes(range=[-0.7, most + 0.7], dtick=2, gridcolor="#eeeeee")  # whole markers at 0 and at the end
+    fig.update_xaxes(title_text="free pages (count)", row=len(page_sizes))
+    return _base_layout(fig, "alloc_decode on pools around the exact fit: outcome per batch and free-pool size", height,
+                        width=MAX_NOTEBOOK_WIDTH,
+                        # under the axes (container coordinates): clear of a title of two lines
+                        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 8 / height, "yanchor": "bottom",
+                                "yref": "container", "title": {"text": "outcome (o: the row's new token opens a page)"}},
+                        margin={"t": 100, "l": 20, "r": 20, "b": 110})
 
 
 def mark_states(fig: go.Figure, mark: pd.DataFrame) -> go.Figure:
@@ -219,7 +237,8 @@ def mark_states(fig: go.Figure, mark: pd.DataFrame) -> go.Figure:
     for trace in fig.data:
         if trace.name == "explored state" and isinstance(trace.meta, dict):
             here = mark[(mark["gather"] == trace.meta["gather"]) & (mark["page_size"] == trace.meta["page_size"])]
-            trace.update(x=list(here["pattern"]), y=list(here["free_pages"]), showlegend=not here.empty)
+            trace.update(x=list(here["free_pages"]), y=[_batch_label(b, p) for b, p in zip(here["batch"], here["pattern"])],
+                         showlegend=not here.empty)
     return fig
 
 

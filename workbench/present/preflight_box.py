@@ -6,17 +6,25 @@ every keystroke: a check resolves the command and executes its failing steps, an
 is bad input, not something to check. Every check prints what ``workbench check`` prints. The plain
 function underneath (``check_text``) is what the tests call, without a kernel.
 
+Above the printed check, one line per row in the words and colours of the report and the atlas
+(``workbench.present.words``: fails loudly, fails silently, fails past reach, safe), the verdict
+first; the printed check below keeps its lines whole (it scrolls sideways rather than wrapping
+mid-word).
+
 The CSS classes ``workbench-explorer`` (the box) and ``workbench-outcome`` (the printed check) are
 the explorers' own, so the JupyterLab browser test finds this box the way it finds them.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from workbench.engines.release_choice import offered
 from workbench.preflight import CheckResult, PreflightError, check
 from workbench.preflight.format import format_text
+from workbench.preflight.rows import Row
+from workbench.present.words import COLOURS, PAST_REACH, SAFE, TEXT_COLOURS, failure_word
 
 NEWEST = "default (installed, else newest)"
 HELP = ("<b>Preflight.</b> Paste a launch command (SGLang's <code>python -m sglang.launch_server ...</code> or "
@@ -24,14 +32,44 @@ HELP = ("<b>Preflight.</b> Paste a launch command (SGLang's <code>python -m sgla
         "checks too). Try a <code>+revert-...</code> version to see the failure the fix removed.")
 
 
-def check_text(command: str, engine: str = "") -> tuple[int, str]:
-    """(exit status, text) of one check, as ``workbench check`` gives them; bad input is status 2
-    and its one line, never a traceback."""
+# The printed check keeps its columns: lines scroll sideways instead of wrapping mid-word.
+NO_WRAP = ("<style>.workbench-preflight .jp-OutputArea-output pre { white-space: pre; overflow-x: auto; "
+           "word-break: normal; }</style>")
+
+
+def row_word(row: Row) -> str:
+    """A preflight row's word, as the atlas says it: a failure a run reaches is loud or silent."""
+    if row.reachable:
+        return failure_word(row.outcome)
+    return SAFE if row.first_failing is None else PAST_REACH
+
+
+def rows_html(result: CheckResult) -> str:
+    """The verdict and one line per row, each coloured by its word (the report's colours)."""
+    lines = []
+    for row in result.rows:
+        word = row_word(row)
+        where = f" at {row.first_failing:,} (a run reaches {row.reach:,})" if row.first_failing is not None and row.reach else ""
+        lines.append(f'<li><span style="background:{COLOURS[word]};color:{TEXT_COLOURS[word]};padding:0 4px">'
+                     f"{html.escape(word)}</span> {html.escape(row.buffer)} ({html.escape(row.backend)}), "
+                     f"{html.escape(row.mode)}{html.escape(where)}</li>")
+    return f"<b>{html.escape(result.verdict)}</b><ul style='margin:2px 0'>{''.join(lines)}</ul>"
+
+
+def checked(command: str, engine: str = "") -> tuple[int, str, CheckResult | None]:
+    """(exit status, text, result) of one check, as ``workbench check`` gives them; bad input is
+    status 2 and its one line (no result), never a traceback."""
     try:
         result: CheckResult = check(command, engine=engine.strip() or None, progress=None)
     except PreflightError as err:
-        return 2, f"error: {err}"
-    return result.status, format_text(result)
+        return 2, f"error: {err}", None
+    return result.status, format_text(result), result
+
+
+def check_text(command: str, engine: str = "") -> tuple[int, str]:
+    """(exit status, text) of one check (``checked`` without the result)."""
+    status, text, _ = checked(command, engine)
+    return status, text
 
 
 def preflight_box(command: str, engine: str = "") -> Any:
@@ -48,16 +86,23 @@ def preflight_box(command: str, engine: str = "") -> Any:
     button = w.Button(description="check", tooltip="check the command as it stands in the box")
     out = w.Output(layout=w.Layout(width="100%"))
     out.add_class("workbench-outcome")
+    words = w.HTML()
+    words.add_class("workbench-words")
+    redraws = [0]
 
     def redraw(_: object = None) -> None:
-        status, shown = check_text(text.value, version.value)
+        status, shown, result = checked(text.value, version.value)
         # Replace the output's stream directly: it redraws in a kernel and is readable without one
         out.outputs = ({"output_type": "stream", "name": "stdout", "text": f"exit status {status}\n{shown}\n"},)
+        redraws[0] += 1  # numbered, last, so a test knows the page shows this whole check (``data-redraw``)
+        listed = rows_html(result) if result is not None else ""  # bad input: the line below says why
+        words.value = f'<div data-redraw="{redraws[0]}">{listed}</div>'
 
     text.observe(redraw, names="value")
     version.observe(redraw, names="value")
     button.on_click(redraw)
     redraw()
-    box = w.VBox([w.HTML(HELP), text, w.HBox([version, button]), out])
+    box = w.VBox([w.HTML(HELP + NO_WRAP), text, w.HBox([version, button]), words, out])
     box.add_class("workbench-explorer")
+    box.add_class("workbench-preflight")
     return box

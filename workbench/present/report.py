@@ -5,19 +5,21 @@
 1. reproduces the three seed cases and prints their table (``seeds.json`` too);
 2. executes every ``notebooks/*.ipynb`` (by glob, in name order) with papermill on ``device``
    into ``<out>/notebooks/NAME.ipynb`` and renders each as ``NAME.html`` beside it;
-3. assembles ``<out>/index.html``: the seed table, every figure the notebooks wrote as plotly JSON
-   into ``<out>/figures/NN_name.json`` (plotly.js inlined once, so the page works offline) and a
-   link to every executed notebook;
-4. exports every figure as ``<out>/png/NN_name.png`` through kaleido where a Chromium is
-   installed, and says so in one line where none is.
+3. exports every figure the notebooks wrote as plotly JSON into ``<out>/figures/NN_name.json`` as
+   ``<out>/png/NN_name.png`` through kaleido where a Chromium is installed, and says so in one line
+   where none is;
+4. assembles ``<out>/index.html`` (``workbench.present.report_page``): the findings of the atlas's
+   results (``<out>/results/05_atlas_summary.json``) first, then the seed table, then the details
+   (notebook 00's rule table, every figure with its caption, a link to every executed notebook).
 
 The figure contract, for notebook authors: a notebook receives ``output_dir`` as a parameter and
-writes each figure with ``save_figure(fig, output_dir, "NN_name")``, ``NN`` being its own prefix.
+writes each figure with ``save_figure(fig, output_dir, "NN_name", caption)``, ``NN`` being its own
+prefix, and frames the page reads with ``save_results(frame, output_dir, "NN_name")``. Words are
+the glossary's ([docs/glossary.md](../../docs/glossary.md)).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import shutil
@@ -30,8 +32,9 @@ from typing import IO, Any
 
 from workbench.analysis.seeds import SEEDS, boundary_case
 from workbench.files import atomic_write_text
+from workbench.present.notebook_params import NOTEBOOKS_DIR
+from workbench.present.report_page import report_html
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL_NAME = "python3"  # jupyter_client runs a "python" kernel with the running interpreter
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 NO_CHROMIUM = (
@@ -146,7 +149,9 @@ def run_papermill(source: Path, executed: Path, parameters: dict[str, Any], *, c
 def execute_notebook(
     source: Path, out_dir: Path, device: str, parameters: dict[str, Any] | None = None
 ) -> NotebookRun:
-    """Run ``source`` with papermill (kernel cwd = its folder) and render the result as HTML.
+    """Run ``source`` with papermill and render the result as HTML. The kernel runs in ``out_dir``,
+    not the notebook's folder: a notebook reads its relative folders against its own folder, not the
+    working directory (``notebook_params.resolve_folder``), and every report run shows it does.
 
     A failing cell does not raise: the partly executed notebook is kept (papermill marks the
     failing cell) and the error is returned, so the report can show it and go on.
@@ -160,7 +165,7 @@ def execute_notebook(
     started = time.perf_counter()
     error = None
     try:
-        run_papermill(source, executed, params, cwd=source.parent)
+        run_papermill(source, executed, params, cwd=out_dir.resolve())
     except PapermillExecutionError as err:
         error = f"cell {err.exec_count}: {err.ename}: {err.evalue}"
     seconds = time.perf_counter() - started
@@ -182,13 +187,14 @@ def _render_notebook_html(executed: Path) -> Path:
 # ---- figures -----------------------------------------------------------------------------------
 
 
-def save_figure(fig: Any, output_dir: str | Path, name: str, caption: str = "") -> Path:
+def save_figure(fig: Any, output_dir: str | Path, name: str, caption: str = "", claims: Sequence[Any] = ()) -> Path:
     """Write ``fig`` as plotly JSON to ``<output_dir>/figures/NAME.json``, for the report.
 
-    ``caption`` is the one line the report prints under the figure: what to see in it (kept in
-    the figure's ``layout.meta``)."""
-    if caption:
-        fig.update_layout(meta={"caption": caption})
+    ``caption`` is the one line the report prints under the figure: what to see in it; ``claims``
+    (``workbench.present.claims.Claim``) are the facts its sentences state, each checked against the
+    results the notebook saved (``tests/test_claims.py``). Both are kept in the figure's ``layout.meta``."""
+    if caption or claims:
+        fig.update_layout(meta={"caption": caption, "claims": [c.to_json() for c in claims]})
     path = Path(output_dir) / "figures" / f"{name}.json"
     atomic_write_text(path, fig.to_json())
     return path
@@ -201,6 +207,15 @@ def save_table(frame: Any, output_dir: str | Path, name: str) -> Path:
     data = {"columns": [str(c) for c in flat.columns], "rows": [[str(v) for v in row] for row in flat.itertuples(index=False)]}
     path = Path(output_dir) / "tables" / f"{name}.json"
     atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def save_results(frame: Any, output_dir: str | Path, name: str) -> Path:
+    """Write a frame of results (the atlas's summary, a sweep) as JSON records to
+    ``<output_dir>/results/NAME.json``: what the report's findings and the claims test read."""
+    records = json.loads(frame.reset_index(drop=True).to_json(orient="records"))
+    path = Path(output_dir) / "results" / f"{name}.json"
+    atomic_write_text(path, json.dumps(records, indent=0) + "\n")
     return path
 
 
@@ -247,100 +262,6 @@ def export_pngs(figures: Sequence[Path], png_dir: Path) -> tuple[list[Path], str
     return paths, None
 
 
-# ---- the HTML page -----------------------------------------------------------------------------
-
-
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
-h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; font-size: 0.9rem; } td, th { padding: 0.25rem 0.6rem; border: 1px solid #ddd; }
-th { background: #f4f4f4; text-align: left; } .failed { color: #b00020; font-weight: 600; }
-.figure { margin: 1.2rem 0 2rem; } .note { color: #555; font-style: italic; }
-.caption { color: #333; margin: 0.2rem 0 0.6rem; } td.safe { color: #1b5e20; } td.fails { color: #b00020; }
-td.silent { color: #e65100; font-weight: 600; } table.verdict { margin-bottom: 1rem; }
-"""
-
-
-def _seed_table_html(rows: Sequence[dict[str, object]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("seed", "fix", "rule / gather", "outcome", "boundary", "detail"))
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _seed_cells(row)) + "</tr>" for row in rows
-    )
-    return f'<table id="seeds"><tr>{head}</tr>{body}</table>'
-
-
-def _notebook_list_html(runs: Sequence[NotebookRun], out_dir: Path) -> str:
-    items = []
-    for run in runs:
-        target = run.html or run.executed
-        link = f'<a href="{html.escape(target.relative_to(out_dir).as_posix())}">{html.escape(run.name)}</a>'
-        status = (
-            f'<span class="failed">failed: {html.escape(run.error)}</span>' if run.error else "every cell ran"
-        )
-        items.append(f"<li>{link} ({run.seconds:.1f} s): {status}</li>")
-    return '<ul id="notebooks">' + "".join(items) + "</ul>"
-
-
-def _tables_html(tables: Sequence[Path]) -> str:
-    parts = []
-    for path in tables:
-        data = json.loads(path.read_text())
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in data["columns"])
-        body = "".join("<tr>" + "".join(f'<td class="{_verdict_class(cell)}">{html.escape(cell)}</td>' for cell in row)
-                       + "</tr>" for row in data["rows"])
-        parts.append(f'<table class="verdict" id="table-{html.escape(path.stem)}"><tr>{head}</tr>{body}</table>')
-    return "".join(parts) or '<p class="note">No verdict table: notebook 00 did not run.</p>'
-
-
-def _verdict_class(cell: str) -> str:
-    for word, name in (("fails silently", "silent"), ("fails", "fails"), ("safe", "safe")):
-        if cell.startswith(word):
-            return name
-    return ""
-
-
-def _figures_html(figures: Sequence[Path]) -> str:
-    import plotly.io as pio  # type: ignore[import-untyped]
-
-    parts = []
-    for index, path in enumerate(figures):
-        fig = pio.read_json(str(path))
-        caption = (fig.layout.meta or {}).get("caption", "") if isinstance(fig.layout.meta, dict) else ""
-        # plotly.js (about 4.6 MB) is inlined with the first figure only; the rest reuse it.
-        div = fig.to_html(full_html=False, include_plotlyjs=index == 0, div_id=f"fig-{path.stem}",
-                          config={"displaylogo": False})
-        parts.append(f'<section class="figure"><h3>{html.escape(path.stem)}</h3>'
-                     f'<p class="caption">{html.escape(caption)}</p>{div}</section>')
-    return "".join(parts)
-
-
-VERDICT_INTRO = (
-    "Each cell: <b>safe</b> (no committed length up to ctx - 1 + overshoot fails, in every configuration swept), "
-    "<b>fails at s = N</b> (a copy raises; N is the first failing committed length of the configuration that fails "
-    "earliest past its context) or <b>fails silently</b> (nothing raises, a kernel would read past the table or the "
-    "free list), and how many of the configurations swept fail. From notebook 00's sweeps, the grids of notebooks 01-03."
-)
-
-
-def report_html(
-    rows: Sequence[dict[str, object]], runs: Sequence[NotebookRun], figures: Sequence[Path], out_dir: Path,
-    device: str, png_note: str | None, tables: Sequence[Path] = (),
-) -> str:
-    png_line = f'<p class="note" id="png-note">{html.escape(png_note)}</p>' if png_note else ""
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>workbench design review</title>"
-        f"<style>{_STYLE}</style></head><body>"
-        "<h1>workbench: graph-captured KV metadata, design review</h1>"
-        f"<p>Device: <code>{html.escape(device)}</code>. Every number below comes from executed torch steps.</p>"
-        f'<h2>Verdict: which backends and rules are safe</h2><p class="note">{VERDICT_INTRO}</p>{_tables_html(tables)}'
-        f"<h2>Seed cases</h2>{_seed_table_html(rows)}"
-        f"<h2>Executed notebooks</h2>{_notebook_list_html(runs, out_dir)}"
-        f"<h2>Figures ({len(figures)})</h2>{png_line}{_figures_html(figures)}"
-        "</body></html>\n"
-    )
-
-
 # ---- the main job ------------------------------------------------------------------------------
 
 
@@ -364,7 +285,7 @@ def build_report(
     rows = seed_rows(device)
     out.write(seed_table_text(rows))
     atomic_write_text(out_path / "seeds.json", json.dumps(rows, indent=2) + "\n")
-    for owned in ("figures", "tables", "png", "notebooks"):
+    for owned in ("figures", "tables", "results", "png", "notebooks"):
         _fresh(out_path / owned)
     runs = []
     for source in notebook_paths() if notebooks is None else notebooks:
@@ -377,7 +298,8 @@ def build_report(
     pngs, png_note = export_pngs(figures, out_path / "png")
     out.write(png_note + "\n" if png_note else f"wrote {len(pngs)} PNGs to {out_path / 'png'}\n")
     page = out_path / "index.html"
-    atomic_write_text(page, report_html(rows, runs, figures, out_path, device, png_note, table_files(out_path)))
+    cells = [_seed_cells(row) for row in rows]
+    atomic_write_text(page, report_html(cells, runs, figures, out_path, device, png_note, table_files(out_path)))
     out.write(f"wrote {page} ({len(figures)} figures, {len(runs)} notebooks)\n")
     return runs
 
@@ -385,6 +307,9 @@ def build_report(
 def run_report(out_dir: str, device: str, out: IO[str]) -> None:
     """The command line's ``report``: the whole job; a failed notebook is an error after the page is written."""
     runs = build_report(out_dir, device, out)
+    from workbench.repro.page import write_report_findings  # docs/findings.md, regenerated with the report
+
+    out.write(f"wrote {write_report_findings(out_dir)}\n")
     failed = [run for run in runs if run.error]
     if failed:
         names = ", ".join(run.name for run in failed)

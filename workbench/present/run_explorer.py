@@ -20,10 +20,10 @@ SCENARIOS = ("exact-fit", "qwq")
 SUMMARY_FIELDS = ("steps", "stop_reason", "first_failing_step", "failing_request", "failing_committed_len", "outcome",
                   "exact_fit_steps")
 HELP = (
-    "<b>Try:</b> <i>scenario</i> <code>qwq</code> with <i>rule</i> <code>context</code> fails at committed length "
-    "32753, <code>req-to-token</code> completes; <code>exact-fit</code> with <i>gather</i> <code>npu-legacy</code> "
-    "fails on an exactly full pool, <code>npu-clamped</code> does not; change the <i>seed</i> (type it and press Enter) "
-    "or the admission <i>conservativeness</i> (0: optimistic, pools run full)."
+    "<b>Try:</b> <i>scenario</i> <code>qwq</code> with <i>rule</i> <code>context</code>, then <code>req-to-token</code>; "
+    "<code>exact-fit</code> with <i>gather</i> <code>npu-legacy</code>, then <code>npu-clamped</code>; change the "
+    "<i>run seed</i> (the simulation's random seed: type it and press Enter) or the admission <i>conservativeness</i> "
+    "(0: optimistic, pools run full). The line below says where each run fails, if it does."
 )
 
 
@@ -60,7 +60,7 @@ def run_view(values: dict[str, Any], device: str = "cpu") -> Drawn:
     summary = {k: shown.summary.get(k) for k in SUMMARY_FIELDS}
     failed = summary["first_failing_step"] is not None
     line = ", ".join(f"{k}={v}" for k, v in summary.items())
-    title = (f"{values['scenario']} · rule {values['rule']} · gather {values['gather']} · seed {values['seed']}"
+    title = (f"{values['scenario']} · rule {values['rule']} · gather {values['gather']} · run seed {values['seed']}"
              f"<br><sup>{summary['stop_reason']} after {summary['steps']} steps"
              + (f"; first failure at step {summary['first_failing_step']}: {summary['outcome']}" if failed else "")
              + "</sup>")
@@ -78,9 +78,9 @@ def run_panel(device: str = "cpu", scenario: str = "exact-fit", seed: int = 1) -
 
     controls = {
         "scenario": w.Dropdown(options=SCENARIOS, value=scenario, description="scenario"),
-        "rule": w.Dropdown(options=RULE_NAMES, value="context", description="rule"),
+        "rule": w.Dropdown(options=RULE_NAMES, value="context", description="rule"),  # every rule the qwq table has
         "gather": w.Dropdown(options=[g.value for g in Gather], value="npu-legacy", description="gather"),
-        "seed": w.BoundedIntText(value=seed, min=0, max=10_000, description="seed", continuous_update=False),
+        "seed": w.BoundedIntText(value=seed, min=0, max=10_000, description="run seed", continuous_update=False),
         "conservativeness": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.25, description="conservativeness",
                                           continuous_update=False, style={"description_width": "initial"}),
         "acceptance_rate": w.FloatSlider(value=0.6, min=0.0, max=1.0, step=0.1, description="acceptance (qwq)",

@@ -1,28 +1,31 @@
-"""Sweep frames -> the verdicts a design review reads: safe, fails at committed length N, fails silently.
+"""Sweep frames -> the verdicts a design review reads: no reachable failure, fails loudly at committed
+length N, fails silently.
 
 The tables here relabel and select rows of the sweeps (``workbench.analysis.sweep``) and the memory
 table (``workbench.analysis.memory``); they compute no outcome of their own. Component and rule names
-are data: every table groups by whatever the frames hold.
+are data: every table groups by whatever the frames hold. The words and colours are
+``workbench.present.words``'s, as in the atlas and the report. A sweep searches committed lengths up
+to what a run reaches (``ctx - 1 + overshoot``), so where nothing fails its word is "no reachable
+failure", never "safe" (which says that no length the request table holds fails).
 """
 
 from __future__ import annotations
 
 import pandas as pd  # type: ignore[import-untyped]
 
-SAFE = "safe"
-FAILS = "fails"
-FAILS_SILENTLY = "fails silently"
-NOT_APPLICABLE = "n/a"
-VERDICTS = (SAFE, FAILS, FAILS_SILENTLY, NOT_APPLICABLE)  # the order of every legend and colour bar
-VERDICT_COLOURS = {SAFE: "#2e7d32", FAILS: "#c62828", FAILS_SILENTLY: "#ef6c00", NOT_APPLICABLE: "#d9d9d9"}
+from workbench.present.words import COLOURS, LOUD, NO_REACHABLE_FAILURE, NOT_APPLICABLE, SAFE, SILENT, outcome_word
+
+FAILS = LOUD
+FAILS_SILENTLY = SILENT
+VERDICTS = (NO_REACHABLE_FAILURE, LOUD, SILENT, NOT_APPLICABLE)  # the order of every legend and colour bar
+VERDICT_COLOURS = {word: COLOURS[word] for word in VERDICTS}
 
 
 def verdict_of(outcome: str) -> str:
-    """An executed outcome as a reviewer's verdict: ok is safe, a silent over-read fails silently,
-    any raised error (shape error, index error) fails."""
-    if outcome in ("ok", "out-of-memory"):  # out of memory is the allocator's designed answer
-        return SAFE
-    return FAILS_SILENTLY if outcome == "silent-overread" else FAILS
+    """An executed outcome within reach as a reviewer's verdict (``words.outcome_word``): ok and
+    out-of-memory are no failure, a silent over-read or overwrite fails silently, any raised error
+    (shape error, index error, host assert) fails loudly."""
+    return outcome_word(outcome)
 
 
 def backend_label(frame: pd.DataFrame) -> pd.Series:
@@ -37,19 +40,20 @@ def with_verdicts(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell(group: pd.DataFrame) -> str:
-    failing = group[group["verdict"] != SAFE]
+    failing = group[group["verdict"] != NO_REACHABLE_FAILURE]
     if failing.empty:
-        return f"{SAFE} ({len(group)} of {len(group)})"
+        return f"{NO_REACHABLE_FAILURE} ({len(group)} of {len(group)})"
     first = failing.sort_values(["failing_offset", "context_len"]).iloc[0]
     how = FAILS_SILENTLY if (failing["verdict"] == FAILS_SILENTLY).all() else FAILS
     return (f"{how} at s = {int(first['first_failing_seq_len']):,} (ctx {int(first['context_len']):,},"
-            f" ps {int(first['page_size'])}, D {int(first['draft_tokens'])}); {len(failing)} of {len(group)}")
+            f" ps {int(first['page_size'])}, D {int(first['draft_tokens'])}, {first['width_gen']});"
+            f" {len(failing)} of {len(group)}")
 
 
 def safety_table(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Backend x rule rows, one column per mode: ``safe (n of n)`` or ``fails at s = N (...)`` naming
-    the configuration that fails earliest past its context, and how many of the configurations fail.
-    A mode the sweep has no configuration for is ``n/a``."""
+    """Backend x rule rows, one column per mode: ``no reachable failure (n of n)`` or ``fails loudly at
+    s = N (ctx, ps, D, width generation); k of n`` naming the configuration that fails earliest past its
+    context, and how many of the configurations fail. A mode the sweep has no configuration for is ``n/a``."""
     frame = with_verdicts(sweep)
     modes = list(dict.fromkeys(frame["mode"]))
     cells = {key: _cell(group) for key, group in frame.groupby(["backend", "rule", "mode"], sort=False)}
@@ -63,24 +67,26 @@ def safety_table(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def safety_categories(table: pd.DataFrame) -> pd.DataFrame:
-    """The safety table reduced to its verdict words (``safe``, ``fails``, ``fails silently``, ``n/a``)."""
+    """The safety table reduced to its verdict words (``no reachable failure``, ``fails loudly``,
+    ``fails silently``, ``n/a``)."""
     def word(cell: str) -> str:
-        return next(v for v in (FAILS_SILENTLY, FAILS, SAFE, NOT_APPLICABLE) if cell.startswith(v))
+        return next(v for v in (FAILS_SILENTLY, FAILS, NO_REACHABLE_FAILURE, SAFE, NOT_APPLICABLE) if cell.startswith(v))
 
     return table.apply(lambda column: column.map(word))
 
 
 def allocator_verdicts(exact_fit: pd.DataFrame) -> pd.DataFrame:
     """One row per gather: its verdict over every batch and free pool of the exact-fit sweep, and where
-    it fails (on an exactly full pool, on a short one)."""
+    it fails (on an exactly full pool, on a short one). Every pool a batch can meet is swept, so a
+    gather that never fails is ``safe``."""
     rows = []
     for gather, group in exact_fit.groupby("gather", sort=False):
         verdicts = group["outcome"].map(verdict_of)
-        failing = group[verdicts != SAFE]
+        failing = group[verdicts != NO_REACHABLE_FAILURE]
         if failing.empty:
             text = f"{SAFE} ({len(group)} of {len(group)} pools)"
         else:
-            how = FAILS_SILENTLY if (verdicts[verdicts != SAFE] == FAILS_SILENTLY).all() else FAILS
+            how = FAILS_SILENTLY if (verdicts[verdicts != NO_REACHABLE_FAILURE] == FAILS_SILENTLY).all() else FAILS
             exact = (failing["free_pages"] == failing["pages_needed"]).any()
             short = (failing["free_pages"] < failing["pages_needed"]).any()
             where = " and ".join(w for w, hit in (("an exactly full pool", exact), ("a short pool", short)) if hit)

@@ -311,7 +311,8 @@ class _Engine:
         """Every captured graph, the batch padded to its bucket; (outcome, error, widest request) each.
 
         The step's own graph reads ``reads``; another mode's graph reads the committed lengths plus
-        its own lookahead (a draft step ``step_id + 1``, draft-extend nothing).
+        its own lookahead (a draft step ``step_id + 1``, draft-extend nothing past its length: the
+        committed one plus ``draft_extend_window``).
         """
         pad = next(b for b in self.buckets if b >= len(batch)) - len(batch)
         rows = [x.row for x in batch] + [DUMMY_ROW] * pad
@@ -320,6 +321,10 @@ class _Engine:
         results = []
         for graph in self.graphs:
             lens, graph_reads = (seq_lens, reads) if not graph.extra else (committed, graph.reads(committed, self.g))
+            if graph.extra and graph.case.mode is Mode.DRAFT_EXTEND and self.config.draft_extend_window:
+                # under speculation v2 the draft-extend replays the verify window
+                lens = [c + self.config.draft_extend_window for c in committed]
+                graph_reads = graph.reads(lens, self.g)
 
             def replay(graph: _Graph = graph, lens: list[int] = lens) -> Replayed:
                 padded = lens + [graph.backend.pad_seq_len] * pad  # padding never raises max(seq_lens)

@@ -208,6 +208,9 @@ class SimConfig:
     modes: tuple[str, ...] = ()
     stop_on_failure: bool = True
     max_steps: int = 20_000
+    # Tokens a draft-extend graph's replay carries past the batch's committed length: spec v2 writes
+    # the verify's D window again (D), spec v1 what the request accepted (0 here: the committed length).
+    draft_extend_window: int = 0
 
     def __post_init__(self) -> None:
         backends.check_rule_name(self.rule)
@@ -224,6 +227,9 @@ class SimConfig:
         top = self.max_overshoot
         if not 0 <= self.overshoot <= top:
             raise ValueError(f"overshoot: {self.overshoot} is out of range (allowed: 0 to {top}: W - D - (ctx - 1))")
+        if not 0 <= self.draft_extend_window <= self.geometry.draft_tokens:
+            raise ValueError(f"draft_extend_window: {self.draft_extend_window} is out of range "
+                             f"(allowed: 0 to {self.geometry.draft_tokens}, the draft tokens)")
         if self.max_steps < 1:
             raise ValueError(f"max_steps: {self.max_steps} is out of range (allowed: 1 or more)")
 
