@@ -132,7 +132,8 @@ worked.style.hide(axis="index").set_table_styles([{"selector": "td, th", "props"
 # %% [markdown]
 # ## Assertions (this notebook is also a regression test)
 #
-# Expected numbers are worked by hand ([the semantics](../docs/semantics.md)): the Ascend verify reads `s + D` with D = 4 (topk 1: steps + 1),
+# Expected numbers are worked by hand ([the semantics](../docs/semantics.md)): the Ascend verify
+# reads `s + D` with D = 4 (topk 1: steps + 1),
 # so the 256-page table before the first fix (`cdiv(32768, 128)`) first fails at
 # 256 * 128 - 4 + 1 = 32765 (`256` against `257` pages), below the scheduler's cap ctx - 1, so a
 # run reaches it; after it, (32768 + 127 + 4) // 128 = 257 pages first fail at 257 * 128 - 4 + 1 =

@@ -35,10 +35,10 @@ def reach_key(engine: str) -> str:
     them), without its name: releases with the same key reach the same committed lengths."""
     import dataclasses
 
-    from workbench.analysis.reach import _rule_for
+    from workbench.analysis.reach import rule_for
 
     try:
-        rule = dataclasses.asdict(_rule_for(engine))
+        rule = dataclasses.asdict(rule_for(engine))
     except (KeyError, ValueError) as error:  # no launch data at all: the rows say so when they are made
         return f"unknown: {error}"
     rule.pop("engine", None)

@@ -29,8 +29,7 @@ from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu,
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
-from workbench.preflight.rows import (Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows,
-                                      unmodelled)
+from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
