@@ -93,7 +93,7 @@ def test_a_sweep_under_a_version_takes_its_rule_generation_and_replay() -> None:
 
 def test_an_allocator_case_takes_the_releases_gather() -> None:
     """The exact-fit decode under each release's learned gather: 0.5.10's unclamped gather reads
-    past the free list, 0.5.23's clamped one gives the spec's slots."""
+    past the free list, 0.5.23's clamped one gives the semantics' slots (docs/semantics.md)."""
     seed = {"component": "allocator", "page_size": 4, "seq_lens": [5, 10, 7], "last_loc": [11, 20, 29],
             "free_pages": [11]}
     before = subprocess.run([sys.executable, "-m", "workbench", "probe", "--cases", "-"], capture_output=True, text=True,

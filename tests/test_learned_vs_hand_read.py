@@ -20,7 +20,13 @@ HAND_READ = json.loads((Path(__file__).parent / "data" / "sglang_hand_read.json"
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 # (release, field) -> (read by hand, learned): each explained in the README.
-CHANGED: dict[tuple[str, str], tuple[Any, Any]] = {}
+CHANGED: dict[tuple[str, str], tuple[Any, Any]] = {
+    ("sglang==0.5.4.post2", "backends.sglang-ascend-block-tables.rule"): (None, "context"),
+    ("sglang==0.5.4.post3", "backends.sglang-ascend-block-tables.rule"): (None, "context"),
+    ("sglang==0.5.4", "backends.sglang-dsa-page-table.replay"): ("dynamic", None),
+    ("sglang==0.5.4.post1", "backends.sglang-dsa-page-table.replay"): ("dynamic", None),
+    ("sglang==0.5.16", "backends.sglang-dsa-page-table.replay"): ("static", None),
+}
 
 # The hand-read entry's fields, as the learned section names them.
 SETTINGS = {"width_gen": "width_gen", "ascend_rule": "backends.sglang-ascend-block-tables.rule",

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis import pooled_atlas, reqtable_atlas
-from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows
+from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows, sharing
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
@@ -95,19 +95,21 @@ class AtlasConfig:
     backend: str  # the backend's label
     setting: Setting
     case: TableCase
+    sharers: tuple[str, ...] = ()  # the releases whose data give the same boundary (engine first); () = engine alone
 
 
 def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None) -> list[AtlasConfig]:
     """Every backend x version (that names the backend's rule) x setting x mode, valid states only.
 
     Releases whose data give a backend the same rule, replay and width generation have the same
-    rows: only the first of them is configured (``sharing`` says which releases take its rows)."""
+    boundaries: only the first of them is configured, with the releases that share it (``sharers``:
+    each gets its own row, at its own reach)."""
     versions = load_versions()
     chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else default_versions()
     presets = list(presets) if presets is not None else load_presets()
     out = []
     for backend in backends.table_backends():
-        for version in distinct(chosen, backend.name, ("rule", "replay", "width_gen")):
+        for version, sharers in sharing(chosen, backend.name, ("rule", "replay", "width_gen"), reach=False):
             fields = version.case_fields(backend.name)
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
@@ -115,7 +117,7 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
                     case = TableCase(component=backend.label, geometry=setting.geometry, rule=str(fields["rule"]),
                                      mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
                     if table_case_problem(case) is None:
-                        out.append(AtlasConfig(version.engine, backend.label, setting, case))
+                        out.append(AtlasConfig(version.engine, backend.label, setting, case, tuple(sharers)))
     return out
 
 
@@ -123,7 +125,8 @@ def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) ->
     """One chunk's rows (a top-level function, so process pools can run it)."""
     with one_torch_thread():
         found = fast_boundaries([c.case for c in configs], device=device)
-        return [_row(c, f.first_failing_seq_len, f.failing, overshoot) for c, f in zip(configs, found)]
+        return [_row(replace(c, engine=engine), f.first_failing_seq_len, f.failing, overshoot)
+                for c, f in zip(configs, found) for engine in (c.sharers or (c.engine,))]
 
 
 def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
@@ -191,7 +194,8 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
         parts[index] = rows
     chosen = [versions[e] for e in engines] if engines else default_versions()
-    rows = shared_rows([row for i in sorted(parts) for row in parts[i]], chosen, ("rule", "replay", "width_gen"))
+    order = {v.engine: i for i, v in enumerate(chosen)}
+    rows = sorted((row for i in sorted(parts) for row in parts[i]), key=lambda r: order.get(str(r["engine"]), len(order)))
     rows += _pooled_rows(chosen, presets, overshoot) + _reservation_rows(chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 

@@ -48,13 +48,13 @@ def reach_key(engine: str) -> str:
     return json.dumps(rule, sort_keys=True, default=str)
 
 
-def _key(version: EngineVersion, component: str, keys: Sequence[str]) -> str:
+def _key(version: EngineVersion, component: str, keys: Sequence[str], reach: bool = True) -> str:
     fields: dict[str, object]
     if component == POOLED:
         fields = {b.name: dict(version.fields.get(b.name, {})) for b in backends.POOLED_BACKENDS}
     else:
         fields = {k: v for k, v in version.fields.get(component, {}).items() if k in keys}
-    return json.dumps([fields, version.common.get("width_gen"), reach_key(version.engine)], sort_keys=True)
+    return json.dumps([fields, version.common.get("width_gen"), reach_key(version.engine) if reach else ""], sort_keys=True)
 
 
 def _has(version: EngineVersion, component: str) -> bool:
@@ -66,18 +66,21 @@ def _has(version: EngineVersion, component: str) -> bool:
 
 
 def distinct(versions: Sequence[EngineVersion], component: str, keys: Sequence[str]) -> list[EngineVersion]:
-    """The first of ``versions`` with each distinct set of ``component``'s fields (``keys``) and
-    width generation; versions without data for it are left out (no row rather than a guess)."""
-    seen: set[str] = set()
-    out = []
+    """The first of ``versions`` with each distinct set of ``component``'s fields (``keys``),
+    width generation and reach; versions without data for it are left out (no row rather than a guess)."""
+    return [first for first, _ in sharing(versions, component, keys)]
+
+
+def sharing(versions: Sequence[EngineVersion], component: str, keys: Sequence[str],
+            reach: bool = True) -> list[tuple[EngineVersion, list[str]]]:
+    """The first of ``versions`` with each distinct set of ``component``'s fields (``keys``) and width
+    generation (and reach, unless ``reach`` is False: boundaries do not depend on it), each with
+    every version that shares them, in the order of ``versions``."""
+    groups: dict[str, tuple[EngineVersion, list[str]]] = {}
     for version in versions:
-        if not _has(version, component):
-            continue
-        key = _key(version, component, keys)
-        if key not in seen:
-            seen.add(key)
-            out.append(version)
-    return out
+        if _has(version, component):
+            groups.setdefault(_key(version, component, keys, reach), (version, []))[1].append(version.engine)
+    return list(groups.values())
 
 
 def shared_rows(rows: list[dict[str, object]], versions: Sequence[EngineVersion], keys: Sequence[str],

@@ -59,13 +59,14 @@ def _seed_settings(case: dict[str, object]) -> dict[str, Any]:
 def references() -> list[Reference]:
     """The seeds' deployments in their own mode, then one deployment per other backend and mode."""
     qwq, glm = _seed_settings(QWQ_NPU.before), _seed_settings(GLM_DSA.before)
-    out = [Reference("QwQ-32B NGRAM on Ascend, ctx 32768 (first seed)", "sglang-ascend-block-tables",
-                     "target-verify", qwq),
-           Reference("GLM-5.2 EAGLE on DSA, ctx 90000 (second seed)", "sglang-dsa-page-table", "target-verify", glm),
+    # the seeds' backends, as their cases name them
+    ascend, dsa = (backends.backend_of(str(seed.before["component"])).name for seed in (QWQ_NPU, GLM_DSA))
+    out = [Reference("QwQ-32B NGRAM on Ascend, ctx 32768 (first seed)", ascend, "target-verify", qwq),
+           Reference("GLM-5.2 EAGLE on DSA, ctx 90000 (second seed)", dsa, "target-verify", glm),
            Reference("exact-fit decode, ps 4 (third seed)", "allocator", "decode",
                      {k: v for k, v in EXACT_FIT.before.items() if k not in ("component", "gather")})]
     for backend in backends.table_backends():
-        base = qwq if backend.name == "sglang-ascend-block-tables" else glm if backend.name == "sglang-dsa-page-table" \
+        base = qwq if backend.name == ascend else glm if backend.name == dsa \
             else {"context_len": 32768, "page_size": backend.page_sizes[0], **EAGLE_CHAIN}
         for mode in backend.modes:
             if (backend.name, mode.value) in {(r.component, r.mode) for r in out}:

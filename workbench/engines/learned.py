@@ -25,6 +25,7 @@ without editing the repository.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -66,11 +67,20 @@ def learned_releases(name: str) -> list[str]:
 
 
 def load(engine: str) -> dict[str, Any] | None:
-    """The learned file of ``engine`` (validated), or None when it was never learned."""
+    """The learned file of ``engine`` (validated), or None when it was never learned.
+
+    Parsed once per file version (its path, modification time and size): the reach and the atlas
+    ask for every release's sections thousands of times. The dict is shared: read it, never change it."""
     where = path(engine)
     if where is None:
         return None
-    data: dict[str, Any] = json.loads(where.read_text())
+    stat = where.stat()
+    return _parsed(str(where), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(where: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(where).read_text())
     problems = validate(data)
     if problems:
         raise ValueError(f"{where}: {problems[0]}")

@@ -52,7 +52,9 @@ def how_obtained(fact: Mapping[str, Any]) -> str:
     """One line for a fact: ``measured: FUNCTION on N states (FILE:LINES)`` or ``read: FILE:LINES (REASON)``."""
     if fact.get("how") == "read":
         return f"read: {fact['source']} ({fact['reason']})"
-    found = f" ({fact['found']})" if fact.get("found") else ""
+    where = fact.get("found") or "; ".join(str(part["found"]) for part in fact.get("per_backend", {}).values()
+                                           if isinstance(part, Mapping) and part.get("found"))
+    found = f" ({where})" if where else ""
     return f"measured: {fact['function']} on {fact['states']} states{found}"
 
 

@@ -4,8 +4,8 @@ Runs in the learn worker (``learn_vllm_worker``), over a release installed by ``
 Each buffer is found by what the release defines, never by its version number (``locate``):
 
 * the v1 block table's width: ``MultiGroupBlockTable`` (built as the model runner builds it:
-  from ``max_model_len`` where it takes one, else from the group's ``max_num_blocks`` that the
-  attention spec's ``max_num_blocks_per_req`` gives), or, where the table only takes a width the
+  from ``max_model_len`` where it takes one, else from the group's ``max_num_blocks`` that
+  ``AttentionSpec.max_num_blocks_per_req`` gives), or, where the table only takes a width the
   runner computes inline, nothing to call (the learner reads that line);
 * the DSA indexer's ``expanded_block_table_buffer``: ``DeepseekV32IndexerMetadataBuilder``
   constructed by its own ``__init__`` on an engine config the release built

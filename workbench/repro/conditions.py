@@ -17,7 +17,7 @@ from pathlib import Path
 
 from workbench.analysis.reach import reach_rule
 from workbench.engines.launch import load_launch_data
-from workbench.engines.versions import DEFAULT_VERSIONS, load_versions
+from workbench.engines.versions import load_versions
 from workbench.repro.findings import Finding
 
 REPRO_DATA = Path(__file__).resolve().parents[2] / "data" / "repro.json"
@@ -175,30 +175,28 @@ def _batch_and_pool(finding: Finding) -> tuple[str, str]:
 
 
 def release_range(finding: Finding) -> str:
-    """The releases that ship the finding's sizing and check, from ``data/engines.json``: every
-    version whose entry gives the buffer the same values (atlas rows), or the ``history`` entries
-    whose value is the finding's rule (the seeds, whose "before" is an older rule)."""
-    if finding.status == "seed":
-        data = json.loads(DEFAULT_VERSIONS.read_text())
-        topic = backend_entry(finding.backend).get("history")
-        entries = data["history"].get(str(topic), [])
-        found = [f"{entry['versions']} ({entry['source']})" for entry in entries
-                 if re.match(rf"{re.escape(finding.rule)}\b[: (]", str(entry.get("value", "")))]
-        return "; ".join(found) if found else "not read in any release"
+    """The releases that ship the finding's sizing and check: every release whose data (learned from
+    its own code, ``versions.load_versions``) give the buffer the same values; for a seed, its
+    "before" rule or gather."""
+    component = "allocator" if finding.check == "alloc_decode" else finding.backend  # the allocator's gather
     same: list[str] = []
     other: list[str] = []
     for engine, version in load_versions().items():
         if not engine.startswith("sglang==") or "+" in engine:
             continue
-        fields = version.case_fields(finding.backend)
-        value = fields.get(finding.mode) if finding.mode in fields else fields.get("rule")
+        fields = version.case_fields(component)
+        value = fields.get(finding.mode) if finding.mode in fields else fields.get("gather" if component == "allocator"
+                                                                                     else "rule")
         if isinstance(value, dict):
             value = (value.get("rule"), value.get("check"))
         ours = (finding.rule, finding.check) if isinstance(value, tuple) else finding.rule
-        (same if value == ours else other).append(engine.split("==")[1])
+        if value is not None:
+            (same if value == ours else other).append(engine.split("==")[1])
+    if not same:
+        return "no learned release"
     text = ", ".join(sorted(same, key=_version_key))
     if other:
-        text += f" (of the releases read: {', '.join(sorted(same + other, key=_version_key))})"
+        text += f" (of the releases learned: {', '.join(sorted(same + other, key=_version_key))})"
     return text
 
 
@@ -226,9 +224,9 @@ def recipe_caveat(finding: Finding) -> str:
 
 
 def needs_torchvision(release: str) -> bool:
-    """Whether this release's transformers wants a torchvision present (``data/engines.json``'s
-    ``conformance.torchvision`` for the version)."""
-    for entry in json.loads(DEFAULT_VERSIONS.read_text())["versions"]:
-        if entry.get("engine") == release:
-            return bool(entry.get("conformance", {}).get("torchvision", {}).get("value", False))
-    return False
+    """Whether this release's transformers wants a torchvision present (its learned
+    ``conformance.torchvision``)."""
+    versions = load_versions()
+    if release not in versions:
+        return False
+    return bool(versions[release].facts.get("conformance", {}).get("torchvision", {}).get("value", False))
