@@ -127,17 +127,18 @@ def test_overshoot_out_of_range(bad: object) -> None:
         reach_rule("sglang==0.5.23").with_overshoot(bad)  # type: ignore[arg-type]
 
 
-GLM_EAGLE = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-NVFP4 --context-length 131072 --tp-size 8 "
+GLM_EAGLE = ("python -m sglang.launch_server --model-path zai-org/GLM-5.2-FP8 --context-length 131072 --tp-size 8 "
              "--speculative-algorithm EAGLE --speculative-num-steps 5 --speculative-eagle-topk 1 "
              "--speculative-num-draft-tokens 6")
 
 
-def test_draft_extend_rows_take_one_reach_in_the_atlas_and_the_preflight() -> None:
+def test_draft_extend_rows_take_one_reach_in_the_atlas_and_the_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     """A draft-extend row's reach is its own mode's (spec v2: the batch's s + D) in both views: the
     atlas's scheduler reach equals the preflight row's, and its reachable length is that reach where
     the request table holds it."""
     from workbench.analysis.atlas import _row, configurations
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(Path(__file__).parent / "data" / "hf_cache" / "hub"))  # the model's config
     result = check(GLM_EAGLE, engine="sglang==0.5.23")
     pre = next(r for r in result.rows if r.mode == "draft-extend")
     g = result.deployment.geometry

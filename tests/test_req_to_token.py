@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -196,7 +197,14 @@ def test_the_engine_spills_where_the_model_says(engine: str) -> None:
         assert found["at 32761, neighbour in row 2"]["entries"] == max(0, spilled)
 
 
-QWQ = "python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4 --attention-backend fa3 --speculative-algorithm "
+QWQ = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --tp 4 --attention-backend fa3 "
+       "--speculative-algorithm ")
+
+
+@pytest.fixture(autouse=True)
+def _hf_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preflight reads the model's config where the engine does: the test data's cache."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(Path(__file__).parent / "data" / "hf_cache" / "hub"))
 
 
 def _reservation(command: str) -> object:
@@ -220,7 +228,7 @@ def test_the_preflight_reports_the_request_table_for_ngram_16() -> None:
 
 
 def test_the_preflight_request_table_row_is_safe_for_a_short_reservation() -> None:
-    row = _reservation(QWQ + "EAGLE --speculative-draft-model-path d --speculative-num-steps 3 "
+    row = _reservation(QWQ + "EAGLE --speculative-draft-model-path Qwen/Qwen3-8B --speculative-num-steps 3 "
                        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
     assert row is not None and row.first_failing == 32769 and not row.reachable and row.margin == 32769 - 32763 - 1
-    assert _reservation("python -m sglang.launch_server --model-path Qwen/QwQ-32B --tp 4") is None  # no speculation
+    assert _reservation("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --tp 4") is None  # no speculation

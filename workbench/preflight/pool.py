@@ -50,8 +50,8 @@ def estimate(*, max_total_tokens: int | None, gpu: str, gpu_memory_gib: float, m
     if max_total_tokens is not None:
         return Pool(max_total_tokens, "--max-total-tokens", False)
     if kv_bytes_per_token is None or weights_bytes is None:
-        missing = "KV bytes per token" if kv_bytes_per_token is None else "the weights' size"
-        return Pool(None, f"unknown: no {missing} for this model (give --max-total-tokens)", True)
+        missing = "its KV bytes per token" if kv_bytes_per_token is None else "its weights' size (a dense model's only)"
+        return Pool(None, f"unknown: the workbench cannot estimate {missing} (give --max-total-tokens)", True)
     fraction = mem_fraction if mem_fraction is not None else ASSUMED_MEM_FRACTION
     per_rank_kv = kv_bytes_per_token if mla else max(1, kv_bytes_per_token // tp)
     free = gpu_memory_gib * (1 << 30) * fraction - weights_bytes / tp

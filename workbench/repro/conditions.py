@@ -133,10 +133,16 @@ def launch_command(finding: Finding) -> str:
 
 
 def _graph_batch_flag(engine: str) -> str:
-    versions = load_launch_data().versions
-    version = versions.get(engine)
-    if version is not None and "cuda_graph_max_bs_flag" in version.defaults:
-        return str(version.defaults["cuda_graph_max_bs_flag"].value)
+    """The release's own spelling of the decode graphs' batch limit: the first of the spellings that
+    its parser's option strings (learned: ``parser.option_strings``) hold exactly (0.5.23's argparse
+    finds ``--cuda-graph-max-bs`` ambiguous between the decode and prefill limits)."""
+    from workbench.engines import learned
+
+    section = learned.section(engine.split("+", 1)[0], "parser") or {}
+    options = set(section.get("option_strings", {}).get("value") or ())
+    for flag in ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"):
+        if flag in options:
+            return flag
     return "--cuda-graph-max-bs"
 
 
