@@ -20,7 +20,8 @@ FIELDS = {"machine", "executor", "verified_configs", "verified_by_component", "v
 
 def test_bench_json_has_every_field() -> None:
     done = subprocess.run([sys.executable, "-m", "workbench", "bench", "--json", "--configs", "30",
-                           "--step-by-step", "3", "--executor", "serial"], capture_output=True, text=True, cwd=ROOT,
+                           "--step-by-step", "3", "--executor", "serial",
+                           "--atlas-engine", "sglang==0.5.23"], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)

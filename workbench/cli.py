@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="table configurations for the slow search (default 200)")
     bench.add_argument("--executor", default="process", help="where the verified search runs (default process)")
     bench.add_argument("--workers", type=int, help="processes (default: every core)")
+    bench.add_argument("--atlas-engine", help="comma-separated releases the atlas is timed over (default: every release)")
     return parser
 
 
@@ -348,7 +349,7 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
 
     executor = Executor(kind=args.executor, workers=args.workers)
     results = run_bench(num_configs=args.configs, step_by_step_configs=args.step_by_step, executor=executor,
-                        progress=sys.stderr)
+                        progress=sys.stderr, atlas_engines=_str_list(args.atlas_engine) if args.atlas_engine else None)
     out.write((json.dumps(results) if args.json else format_bench(results)) + "\n")
 
 
