@@ -108,7 +108,7 @@ VLLM = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 vllm serve zai-org/GLM-5-FP8 --max-mode
         "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
 WORKED = {  # deployment: (command, version before the fix, version after it)
     "Qwen3-32B EAGLE3 on Ascend": (QWQ, "sglang==0.5.23+revert-ascend-width", "sglang==0.5.23"),
-    "GLM-5.2 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
+    "GLM-5-FP8 EAGLE with DSA": (GLM, "sglang==0.5.23+revert-dsa-width", "sglang==0.5.23"),
     "vLLM GLM-5 at 350000 (46074)": (VLLM, "vllm==0.23.0", "vllm==0.33.0"),
 }
 
@@ -150,7 +150,7 @@ assert verify.message == "The size of tensor a (256) must match the size of tens
 after_verify = next(r for r in qwq_after.rows if r.mode == "target-verify")
 assert qwq_after.status == 0 and after_verify.first_failing == 32893 and after_verify.margin == 32893 - after_verify.reach - 1
 
-glm_before, glm_after = results["GLM-5.2, DSA", "before"], results["GLM-5.2, DSA", "after"]
+glm_before, glm_after = results["GLM-5-FP8 EAGLE with DSA", "before"], results["GLM-5-FP8 EAGLE with DSA", "after"]
 glm_verify = next(r for r in glm_before.rows if r.mode == "target-verify")
 assert glm_before.status == 1 and glm_verify.first_failing == 90001 and glm_verify.reachable
 assert glm_verify.message == "The size of tensor a (90006) must match the size of tensor b (90007) at non-singleton dimension 1"
