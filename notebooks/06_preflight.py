@@ -63,7 +63,7 @@ versions = offered()
 if engine:
     check.check_choices("engine", [engine], versions)
 if hf_cache:
-    os.environ["HF_HUB_CACHE"] = os.path.abspath(hf_cache)
+    os.environ["HF_HUB_CACHE"] = str(check.resolve_folder(hf_cache))  # relative: to this notebook's folder
 
 # %% [markdown]
 # ## The text box
