@@ -85,17 +85,29 @@ def test_headers_say_how_the_state_is_reached(release_findings: list[Finding]) -
             assert "is not a release" in header, f.id  # a pseudo-version says what it is
 
 
-def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[Finding]) -> None:
+HF_CACHE = Path(__file__).parent / "data" / "hf_cache" / "hub"
+PRESET_CONFIGS = {"QwQ-32B": "models--Qwen--Qwen3-32B", "GLM-5": "models--zai-org--GLM-5",
+                  "GLM-5.2": "models--zai-org--GLM-5.2-FP8", "DeepSeek-V3.2": "models--deepseek-ai--DeepSeek-V3.2"}
+
+
+def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[Finding],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The header's command, read back by the workbench's own preflight, resolves to the row's setting."""
     from workbench.preflight import resolve
 
+    monkeypatch.setenv("HF_HUB_CACHE", str(HF_CACHE))
     for f in release_findings:
         if f.status == "seed":
             continue
         if model_caveat(f):  # a DSA preset on another backend: the engine would force dsa, ps 64
             assert "is a DSA model" in script(f).split('"""')[1], f.id
             continue
-        deployment = resolve(conditions(f).launch_command, engine=f.engine)
+        # The model's config as the engine reads it: a model of the same family from the test data's
+        # Hugging Face cache (the presets' own checkpoints are not in it), the draft likewise.
+        command = conditions(f).launch_command.replace("DRAFT_MODEL", "Qwen/Qwen3-8B")
+        config = HF_CACHE / PRESET_CONFIGS[str(f.setting.get("preset"))]
+        deployment = resolve(command, engine=f.engine, model_config=str(next(config.glob("snapshots/*/config.json"))))
+        assert deployment is not None, f.id
         g, s = deployment.geometry, f.setting
         assert (g.context_len, g.page_size, g.draft_tokens, g.spec_topk) == (
             s["context_len"], s["page_size"], s["draft_tokens"], s["spec_topk"]), f.id
