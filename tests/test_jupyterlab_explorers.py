@@ -285,7 +285,8 @@ SEEN = """() => {
 }"""
 VIEW, ARM, FIRST_DRAW = (js.replace("querySelector(FIGURE)", f"querySelector('{FIGURE_CSS}')") for js in (VIEW, ARM, FIRST_DRAW))
 SETTLE_S = 0.25  # a typed value may redraw twice (a new batch list, then its value): wait for quiet
-UNNAMED = ("newest modelled",)  # options whose text the explorer does not repeat (it names the version instead)
+UNNAMED = ("newest modelled", "default (installed, else newest)")  # options whose text the explorer does not repeat
+# (it names the version chosen instead, and why)
 
 
 def _clean(text: str) -> str:
