@@ -41,6 +41,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,12 +152,21 @@ def cached(engine: str) -> EngineInstall | None:
     return EngineInstall(engine, folder / "src", folder / "deps")
 
 
+def fetching_allowed() -> bool:
+    """False where ``$WORKBENCH_NO_FETCH`` is set (an offline machine, or a test that must not
+    download): an uncached release is then missing, and the message says how to fetch it."""
+    return os.environ.get("WORKBENCH_NO_FETCH", "") in ("", "0")
+
+
 def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
     """The cached install of ``engine``, fetched first when absent; FetchError when it cannot be.
     ``progress`` hears each step of a fetch (nothing when the install is cached)."""
     found = cached(engine)
     if found is not None:
         return found
+    if not fetching_allowed():
+        raise FetchError(f"{engine} is not in the workbench's engine cache ({cache_root()}) and fetching is off "
+                         f"(WORKBENCH_NO_FETCH): `workbench engines fetch {engine}` fetches it")
     name, version = split_engine(engine)
     if name in SLIM_FAMILIES:
         return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
@@ -284,8 +294,6 @@ def _major_release_day(package: str) -> tuple[int, str] | None:
     """(newest major version of ``package``, the day its ``X.0.0`` wheel was built), asked of the
     package index once (``pip index versions``, ``pip download --no-deps`` of that one wheel) and
     kept in ``shared/release-days.json``."""
-    import tempfile
-
     days_file = cache_root() / "shared" / "release-days.json"
     days: dict[str, list[object]] = json.loads(days_file.read_text()) if days_file.exists() else {}
     if package in days:
@@ -368,10 +376,14 @@ def _specifiers(src: Path, names: tuple[str, ...]) -> list[str]:
 def _resolve(requirements: list[str]) -> list[str] | None:
     """``name==version`` of every package ``requirements`` install, with their dependencies,
     as pip resolves them on this platform (torch and numpy excluded: the running ones are used)."""
-    got = _pip("install", "--dry-run", "--ignore-installed", "--report", "-", *requirements)
-    if got.returncode != 0:
-        return None
-    report = json.loads(got.stdout[got.stdout.index("{"):])
+    # The report goes to a file: pip's stdout can carry other lines (a kernel's environment, a
+    # resolver note), and one with a brace in it once made the report unreadable.
+    with tempfile.TemporaryDirectory() as folder:
+        where = Path(folder) / "report.json"
+        got = _pip("install", "--dry-run", "--ignore-installed", "--report", str(where), *requirements)
+        if got.returncode != 0 or not where.exists():
+            return None
+        report = json.loads(where.read_text())
     pins = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report.get("install", [])}
     return sorted(f"{n}=={v}" for n, v in pins.items() if n not in ("torch", "numpy"))
 
