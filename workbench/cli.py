@@ -160,6 +160,9 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
     listed.add_argument("--table", action="store_true",
                         help="the README's table: every learned release's buffers and how each was obtained")
+    fetch = what.add_parser("fetch", help="fetch releases' wheels into the workbench's cache (what a check or "
+                                          "learning would fetch on first use), e.g. before going offline")
+    fetch.add_argument("engine", nargs="+", help="NAME==VERSION, or NAME for every listed release of it")
     what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
     what.add_parser("running", help="list the engine processes")
     for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
@@ -172,6 +175,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
 def _engines(args: argparse.Namespace, out: IO[str]) -> int:
     if args.engines_command in ("stop", "running", "learn-launch", "launch-table"):
         return _engine_processes(args.engines_command, getattr(args, "engine", None), out)
+    if args.engines_command == "fetch":
+        return _fetch(args.engine, out)
     if args.engines_command == "learn":
         from workbench.engines.learn import main as learn
 
@@ -467,6 +472,25 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         print("workbench: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _fetch(asked: list[str], out: IO[str]) -> int:
+    """Each release's wheel into the cache, one line per release; 1 when any could not be had."""
+    from workbench.engines import releases, wheels
+
+    engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
+    failed = 0
+    for number, engine in enumerate(engines, 1):
+        where = "cached" if wheels.cached(engine) is not None else "fetching"
+        print(f"workbench: [{number}/{len(engines)}] {engine}: {where}", file=sys.stderr)
+        try:
+            install = wheels.fetch(engine, progress=lambda line: print(line, file=sys.stderr))
+        except wheels.FetchError as err:
+            failed += 1
+            out.write(f"{engine:<28} missing: {err}\n")
+            continue
+        out.write(f"{engine:<28} {install.src.parent}\n")
+    return 1 if failed else 0
 
 
 def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:

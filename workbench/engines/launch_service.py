@@ -67,6 +67,31 @@ def idle_seconds() -> float:
     return float(os.environ.get("WORKBENCH_ENGINE_IDLE", "600"))
 
 
+def most_processes() -> int:
+    """How many engine processes a run folder keeps (``$WORKBENCH_ENGINE_PROCESSES``, 4 by default):
+    each holds a release's modules (a few hundred MB); a notebook's version dropdown walked from
+    end to end would otherwise leave one per release alive until their idle time runs out."""
+    return max(1, int(os.environ.get("WORKBENCH_ENGINE_PROCESSES", "4")))
+
+
+def _used(path: Path) -> None:
+    path.with_suffix(".used").touch()
+
+
+def _make_room(keep: Path) -> None:
+    """Stop the least recently used engine processes until one more fits under ``most_processes``."""
+    live = [p for p in running() if p != keep]
+    surplus = len(live) + 1 - most_processes()
+    if surplus <= 0:
+        return
+
+    def last_use(path: Path) -> float:
+        marker = path.with_suffix(".used")
+        return marker.stat().st_mtime if marker.exists() else 0.0
+
+    stop_all(paths=sorted(live, key=last_use)[:surplus])
+
+
 def socket_path(engine: str, gpu: str) -> Path:
     return run_dir() / f"{engine.replace('==', '-')}-{gpu}.sock"
 
@@ -157,6 +182,7 @@ def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bo
     with _lock(path):
         if not _reachable(path):
             path.unlink(missing_ok=True)
+            _make_room(path)
             ready = _start(install, gpu_json, path, owner, progress)
             if _needs_torchvision(ready) and install.torchvision.exists():
                 # Some releases' pinned transformers refuse to register the engine's image processors
@@ -189,6 +215,7 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
     """The engine's reading of ``request``, from the release's engine process."""
     progress = progress_stream(progress)
     path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
+    _used(path)
     try:
         answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
     except (ConnectionRefusedError, FileNotFoundError):  # it exited (idle) between the check and the send

@@ -96,7 +96,7 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
     found = wheels.cached(engine)
     if found is not None:
         return found
-    if progress is not None:
+    if progress is not None and wheels.fetching_allowed():
         progress.write(f"workbench: fetching {engine}'s wheel and its small dependencies into {wheels.cache_root()} "
                        "(first use of this release)...\n")
         progress.flush()

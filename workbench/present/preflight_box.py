@@ -11,6 +11,13 @@ Above the printed check, one line per row in the words and colours of the report
 first; the printed check below keeps its lines whole (it scrolls sideways rather than wrapping
 mid-word).
 
+A release's first check fetches its wheel (once per machine) and starts its engine process (a few
+seconds): the box never waits for that on the kernel's main thread. Each change is checked on one
+worker thread; when the answer is not there within ``PROMPT_S`` the box says at once what it is
+doing and for which release (``data-state="pending"``), then draws the check when it comes. Only
+the newest request runs: a dropdown walked quickly asks for many releases, and the ones passed over
+are dropped, not queued.
+
 The CSS classes ``workbench-explorer`` (the box) and ``workbench-outcome`` (the printed check) are
 the explorers' own, so the JupyterLab browser test finds this box the way it finds them.
 """
@@ -18,6 +25,9 @@ the explorers' own, so the JupyterLab browser test finds this box the way it fin
 from __future__ import annotations
 
 import html
+import threading
+import traceback
+from concurrent import futures
 from typing import Any
 
 from workbench.engines.release_choice import offered
@@ -27,6 +37,7 @@ from workbench.preflight.rows import Row
 from workbench.present.words import COLOURS, PAST_REACH, SAFE, TEXT_COLOURS, failure_word
 
 NEWEST = "default (installed, else newest)"
+PROMPT_S = 0.5  # an answer later than this is announced first (a person sees the click was taken)
 HELP = ("<b>Preflight.</b> Paste a launch command (SGLang's <code>python -m sglang.launch_server ...</code> or "
         "<code>vllm serve ...</code>), pick the engine version it runs, then press <i>check</i> (leaving the box "
         "checks too). Try a <code>+revert-...</code> version to see the failure the fix removed.")
@@ -72,6 +83,13 @@ def check_text(command: str, engine: str = "") -> tuple[int, str]:
     return status, text
 
 
+def pending_text(engine: str) -> str:
+    """What the box shows while a check runs that is not immediate."""
+    release = engine or "the default release"
+    return (f"checking under {release} ... (a release's first check fetches its wheel, once per machine, "
+            "and starts its engine process: seconds to a minute; the box redraws when it is done)")
+
+
 def preflight_box(command: str, engine: str = "") -> Any:
     """The text box, the version dropdown and the printed check, redrawn on every change."""
     import ipywidgets as w  # type: ignore[import-untyped]
@@ -88,20 +106,46 @@ def preflight_box(command: str, engine: str = "") -> Any:
     out.add_class("workbench-outcome")
     words = w.HTML()
     words.add_class("workbench-words")
-    redraws = [0]
+    worker = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-preflight")
+    lock = threading.Lock()
+    state = {"asked": 0, "done": 0, "redraws": 0}
+
+    def show(number: int, shown: str, listed: str, pending: bool) -> None:
+        with lock:
+            if number != state["asked"] or (pending and state["done"] == number):
+                return  # a newer request is on its way, or this one's check drew first
+            state["done"] = state["done"] if pending else number
+            state["redraws"] += 1  # numbered, last, so a test knows the page shows this whole draw
+            # Replace the output's stream directly: it redraws in a kernel and is readable without one
+            out.outputs = ({"output_type": "stream", "name": "stdout", "text": shown + "\n"},)
+            words.value = (f'<div data-redraw="{state["redraws"]}" data-state="{"pending" if pending else "done"}">'
+                           f"{listed}</div>")
+
+    def run(number: int, command: str, engine: str) -> None:
+        if number != state["asked"]:
+            return  # passed over by a later change
+        try:
+            status, shown, result = checked(command, engine)
+        except Exception:  # a workbench bug: shown whole, never lost in the worker thread
+            show(number, "internal error (a bug in the workbench; please report it):\n" + traceback.format_exc(),
+                 "", pending=False)
+            return
+        # bad input has no rows: the printed line says why
+        show(number, f"exit status {status}\n{shown}", rows_html(result) if result is not None else "", pending=False)
 
     def redraw(_: object = None) -> None:
-        status, shown, result = checked(text.value, version.value)
-        # Replace the output's stream directly: it redraws in a kernel and is readable without one
-        out.outputs = ({"output_type": "stream", "name": "stdout", "text": f"exit status {status}\n{shown}\n"},)
-        redraws[0] += 1  # numbered, last, so a test knows the page shows this whole check (``data-redraw``)
-        listed = rows_html(result) if result is not None else ""  # bad input: the line below says why
-        words.value = f'<div data-redraw="{redraws[0]}">{listed}</div>'
+        with lock:
+            state["asked"] += 1
+            number = state["asked"]
+        job = worker.submit(run, number, text.value, version.value)
+        if not futures.wait([job], timeout=PROMPT_S).done:
+            show(number, pending_text(version.value), f"<i>{html.escape(pending_text(version.value))}</i>", pending=True)
 
     text.observe(redraw, names="value")
     version.observe(redraw, names="value")
     button.on_click(redraw)
-    redraw()
+    state["asked"] = 1
+    run(1, command, engine)  # the first draw in the cell itself: an executed notebook shows it
     box = w.VBox([w.HTML(HELP + NO_WRAP), text, w.HBox([version, button]), words, out])
     box.add_class("workbench-explorer")
     box.add_class("workbench-preflight")
