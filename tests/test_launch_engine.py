@@ -192,3 +192,15 @@ def test_no_engine_process_outlives_a_stop() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_new_engine_process_past_the_limit_stops_the_least_recently_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Walking a version dropdown starts one process per release; only the most recent ones stay."""
+    launch_service.stop_all()
+    monkeypatch.setenv("WORKBENCH_ENGINE_PROCESSES", "1")
+    _check(NGRAM, "sglang==0.5.23")
+    first = launch_service.running()
+    _check(NGRAM, "sglang==0.5.10")
+    now = launch_service.running()
+    assert len(first) == 1 and len(now) == 1 and now != first and "0.5.10" in now[0].name
+    launch_service.stop_all()

@@ -6,7 +6,8 @@ one long-lived process (``launch_zygote``), found by its socket in the run folde
 (``$WORKBENCH_RUN_DIR``, else ``${WORKBENCH_CACHE:-~/.cache/workbench}/run``) and started on
 first use, with a note on stderr while it loads. It forks a child per request, so requests
 never see each other's state, and exits after ``idle`` seconds without one (600 by default,
-``$WORKBENCH_ENGINE_IDLE``).
+``$WORKBENCH_ENGINE_IDLE``). At most ``most_processes()`` live in one run folder: starting one
+more stops the least recently used.
 
 A process started from the command line outlives it (the next ``workbench check`` finds it);
 one started from a long-lived Python process (a notebook kernel, a test session: ``owner=True``)

@@ -160,8 +160,9 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
 
 def _conditions(deployment: Deployment, row: Row, rows: Sequence[Row]) -> str:
     """What must happen for the failure: the reach's terms, the batch and the pool it needs."""
-    said = "; ".join(c for c in row.conditions if c)
-    return f" (needs: {said}; reach {row.reach}: {row.reach_why}){_assumed(deployment, rows)}"
+    said = "; ".join(c for c in row.conditions if c) or "any request"  # a width short at every length
+    why = f": {row.reach_why}" if row.reach_why else ""
+    return f" (needs: {said}; reach {row.reach}{why}){_assumed(deployment, rows)}"
 
 
 def _assumed(deployment: Deployment, rows: Sequence[Row]) -> str:
