@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import pandas as pd  # type: ignore[import-untyped]
 
@@ -188,36 +189,24 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     parts: dict[int, list[dict[str, object]]] = {}
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
         parts[index] = rows
-    rows = ([row for i in sorted(parts) for row in parts[i]] + _pooled_rows(engines, presets, overshoot)
-            + _reservation_rows(engines, presets, overshoot))
+    rows = ([row for i in sorted(parts) for row in parts[i]] + _module_rows(pooled_atlas, engines, presets, overshoot)
+            + _module_rows(reqtable_atlas, engines, presets, overshoot))
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
-def _pooled_rows(engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
+def _module_rows(module: ModuleType, engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
                  overshoot: int | None) -> list[dict[str, object]]:
-    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version."""
+    """The rows of an atlas module that builds its own (``pooled_atlas``: the flat buffers pooled across a
+    batch; ``reqtable_atlas``: the request table written by the speculative reservation), every version,
+    at the module's page sizes."""
     versions = load_versions()
     chosen = [versions[e] for e in engines] if engines else list(versions.values())
     presets = list(presets) if presets is not None else load_presets()
     rows = []
     for version in chosen:
-        grid = settings(pooled_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
-        for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
-            rows.append(pooled_atlas.row(config, overshoot))
-    return rows
-
-
-def _reservation_rows(engines: Sequence[str] | None, presets: Sequence[ModelPreset] | None,
-                      overshoot: int | None) -> list[dict[str, object]]:
-    """The request table written by the speculative decode step's reservation (``reqtable_atlas``)."""
-    versions = load_versions()
-    chosen = [versions[e] for e in engines] if engines else list(versions.values())
-    presets = list(presets) if presets is not None else load_presets()
-    rows = []
-    for version in chosen:
-        grid = settings(reqtable_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
-        for config in reqtable_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
-            rows.append(reqtable_atlas.row(config, overshoot))
+        grid = settings(module.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
+        for config in module.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
+            rows.append(module.row(config, overshoot))
     return rows
 
 
