@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 import pandas as pd  # type: ignore[import-untyped]
 
@@ -196,34 +197,24 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     chosen = [versions[e] for e in engines] if engines else default_versions()
     order = {v.engine: i for i, v in enumerate(chosen)}
     rows = sorted((row for i in sorted(parts) for row in parts[i]), key=lambda r: order.get(str(r["engine"]), len(order)))
-    rows += _pooled_rows(chosen, presets, overshoot) + _reservation_rows(chosen, presets, overshoot)
+    rows += _module_rows(pooled_atlas, chosen, presets, overshoot) + _module_rows(reqtable_atlas, chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
-def _pooled_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
+def _module_rows(module: ModuleType, chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
                  overshoot: int | None) -> list[dict[str, object]]:
-    """The flat buffers pooled across a batch (``pooled_atlas``), at page size 1, every version
-    (releases whose data give a buffer the same rule, check and width generation share its rows)."""
+    """The rows of an atlas module that builds its own (``pooled_atlas``: the flat buffers pooled across a
+    batch; ``reqtable_atlas``: the request table written by the speculative reservation), every version,
+    at the module's page sizes. A module that names ``SHARED_BY`` (its data key and fields) is run once
+    per distinct set of those fields, its rows copied to the releases that share them."""
     presets = list(presets) if presets is not None else load_presets()
+    shared = getattr(module, "SHARED_BY", None)
     rows = []
-    for version in distinct(chosen, "*pooled*", ("pooled", "width_gen")):
-        grid = settings(pooled_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
-        for config in pooled_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
-            rows.append(pooled_atlas.row(config, overshoot))
-    return shared_rows(rows, chosen, ("pooled", "width_gen"), component="*pooled*")
-
-
-def _reservation_rows(chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
-                      overshoot: int | None) -> list[dict[str, object]]:
-    """The request table written by the speculative decode step's reservation (``reqtable_atlas``),
-    for the versions whose data describe it."""
-    presets = list(presets) if presets is not None else load_presets()
-    rows = []
-    for version in chosen:
-        grid = settings(reqtable_atlas.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
-        for config in reqtable_atlas.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
-            rows.append(reqtable_atlas.row(config, overshoot))
-    return rows
+    for version in distinct(chosen, *shared) if shared else chosen:
+        grid = settings(module.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
+        for config in module.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
+            rows.append(module.row(config, overshoot))
+    return shared_rows(rows, chosen, shared[1], component=shared[0]) if shared else rows
 
 
 def case_backend_rows(device: str = "cpu") -> pd.DataFrame:

@@ -26,6 +26,8 @@ from workbench.engines.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
 
 PAGE_SIZES = (1,)  # the flat buffers hold token slots; their backends' default page size on CUDA
+# Releases whose data give the pooled buffers the same rule, check and width generation share rows (atlas._module_rows)
+SHARED_BY = ("*pooled*", ("pooled", "width_gen"))
 WALK_LEAD = 8  # steps the lockstep batch runs before the length a row names
 
 
