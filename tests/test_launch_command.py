@@ -50,6 +50,15 @@ def test_docker_run_takes_its_env_options_and_the_command_after_the_image() -> N
 def test_the_vllm_image_runs_the_server_with_the_arguments_after_it() -> None:
     cmd = parse_command("docker run --runtime nvidia --gpus all --ipc=host vllm/vllm-openai:latest --model m --tp 2")
     assert (cmd.program, cmd.argv) == ("vllm serve", ("--model", "m", "--tp", "2"))
+    assert cmd.wrappers == ("docker run vllm/vllm-openai:latest (its entrypoint vllm serve takes the words after the image)",)
+
+
+def test_a_script_after_the_vllm_image_is_its_entrypoints_arguments_as_in_docker() -> None:
+    """The image's ENTRYPOINT is ``vllm serve``: docker appends ``bash -lc '...'`` to it, so the
+    server's parser meets the script as arguments (and refuses it); the wrapper says so."""
+    cmd = parse_command("docker run --gpus all vllm/vllm-openai:v0.18.0 bash -lc 'pip install x && vllm serve m --tp 8'")
+    assert cmd.program == "vllm serve" and cmd.argv[:2] == ("bash", "-lc")
+    assert "its entrypoint vllm serve" in cmd.wrappers[0]
 
 
 @pytest.mark.parametrize("shell", ["bash -c", "bash -lc", "sh -c", "/bin/bash -l -c"])

@@ -239,6 +239,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
+        entrypoint = next((w for w in parsed.wrappers if "its entrypoint" in w), None)
+        if entrypoint:  # what docker would run: say so, or the refusal reads as the workbench's misreading
+            hint += f" (read as docker runs it: {entrypoint})"
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
         raise PreflightError(f"{choice.release} refuses the command ({by}): {message}{hint}")

@@ -144,11 +144,14 @@ def _docker(words: list[str], found: _Found) -> list[str]:
             entrypoint = shlex.split(value)
         i += 1
     image = words[i] if i < len(words) else ""
-    found.wrappers.append(f"docker run {image}")
     command = entrypoint + words[i + 1:]
     server = next((words for key, words in _SERVER_IMAGES.items() if image.split(":")[0].endswith(key)), None)
     if server is not None and not entrypoint and _match(command) is None:
+        # The image's ENTRYPOINT runs with every word after the image as its arguments, a shell
+        # script included (``bash -lc '...'`` reaches the server's parser as arguments, as in docker).
+        found.wrappers.append(f"docker run {image} (its entrypoint {' '.join(server)} takes the words after the image)")
         return [*server, *command]
+    found.wrappers.append(f"docker run {image}")
     return command
 
 
