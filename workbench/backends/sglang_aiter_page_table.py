@@ -74,6 +74,7 @@ class AiterPageTableBackend(LivePageBackend):
     engine = "sglang"
     device_family = "rocm"
     buffer_name = "cuda_graph_page_table"
+    launch_names = ("aiter",)  # --attention-backend aiter on a ROCm GPU
     unit = "pages"
     short = "aiter"
     # The engine default 1, or 64 with the vectorized 5-D KV layout on ROCm

@@ -92,6 +92,7 @@ class TrtllmMhaPageTableBackend(LivePageBackend):
     engine = "sglang"
     device_family = "cuda"
     buffer_name = "page_table"
+    launch_names = ("trtllm_mha",)  # --attention-backend trtllm_mha
     unit = "pages"
     short = "trtmha"
     # 0.5.23 runs trtllm_mha at 16, 32, 64 or 128 and moves any other to 64

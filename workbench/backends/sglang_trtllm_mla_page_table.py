@@ -85,6 +85,7 @@ class TrtllmMlaPageTableBackend(LivePageBackend):
     engine = "sglang"
     device_family = "cuda"
     buffer_name = "decode_cuda_graph_kv_indices"
+    launch_names = ("trtllm_mla",)  # --attention-backend trtllm_mla (Blackwell only: the engine refuses it elsewhere)
     unit = "pages"
     short = "trtmla"
     # 0.5.23 runs trtllm_mla at 32 or 64 and moves any other to 64

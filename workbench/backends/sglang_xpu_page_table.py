@@ -68,6 +68,7 @@ class XpuPageTableBackend(LivePageBackend):
     engine = "sglang"
     device_family = "xpu"
     buffer_name = "page_table"
+    launch_names = ("intel_xpu",)  # --attention-backend intel_xpu (--device xpu)
     unit = "pages"
     short = "xpu"
     # 0.5.23 runs intel_xpu at 64 or 128 (MLA also 16, 32) and moves any other to 128
