@@ -24,9 +24,8 @@ import pytest
 
 from workbench.cli import main
 from workbench.engines import wheels
-from workbench.preflight.command import PreflightError
 from workbench.repro.command import format_list
-from workbench.repro.conditions import conditions, model_caveat
+from workbench.repro.conditions import backend_entry, conditions, model_caveat
 from workbench.repro.findings import Finding, by_id, findings, newest_release, seed_findings
 from workbench.repro.page import findings_markdown
 from workbench.repro.render import plan, script, script_name
@@ -91,9 +90,6 @@ PRESET_CONFIGS = {"QwQ-32B": "models--Qwen--Qwen3-32B", "GLM-5": "models--zai-or
                   "GLM-5.2": "models--zai-org--GLM-5.2-FP8", "DeepSeek-V3.2": "models--deepseek-ai--DeepSeek-V3.2"}
 
 
-@pytest.mark.xfail(strict=True, raises=PreflightError,
-                   reason="open: the atlas has findings at settings 0.5.23's own start-up checks refuse (NGRAM topk 10 at "
-                          "page size 64 off FlashInfer: _handle_ngram); its settings are not yet filtered by the engine")
 def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[Finding],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The header's command, read back by the workbench's own preflight, resolves to the row's setting."""
@@ -110,7 +106,11 @@ def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[F
         # Hugging Face cache (the presets' own checkpoints are not in it), the draft likewise.
         command = conditions(f).launch_command.replace("DRAFT_MODEL", "Qwen/Qwen3-8B")
         config = HF_CACHE / PRESET_CONFIGS[str(f.setting.get("preset"))]
-        deployment = resolve(command, engine=f.engine, model_config=str(next(config.glob("snapshots/*/config.json"))))
+        # On the GPU its platform stands for: the engine's start-up checks refuse TRT-LLM off Blackwell
+        launch = backend_entry(f.backend).get("launch", {})
+        gpu = str(launch["gpu"]) if isinstance(launch, dict) and "gpu" in launch else None
+        deployment = resolve(command, engine=f.engine, gpu=gpu,
+                             model_config=str(next(config.glob("snapshots/*/config.json"))))
         assert deployment is not None, f.id
         g, s = deployment.geometry, f.setting
         assert (g.context_len, g.page_size, g.draft_tokens, g.spec_topk) == (

@@ -166,6 +166,7 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
     what.add_parser("running", help="list the engine processes")
     for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
+                         ("learn-startup", "ask releases' start-up checks which atlas settings they start (section startup)"),
                          ("launch-table", "print the README's table of releases from those records")):
         made = what.add_parser(action, help=text)
         made.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
@@ -173,7 +174,7 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
 
 
 def _engines(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.engines_command in ("stop", "running", "learn-launch", "launch-table"):
+    if args.engines_command in ("stop", "running", "learn-launch", "learn-startup", "launch-table"):
         return _engine_processes(args.engines_command, getattr(args, "engine", None), out)
     if args.engines_command == "fetch":
         return _fetch(args.engine, out)
@@ -509,7 +510,16 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
     if action == "launch-table":
         out.write(launch_learn.table(engines) + "\n")
         return 0
-    for engine in engines:
+    for number, engine in enumerate(engines, 1):
+        if action == "learn-startup":
+            from workbench.engines import startup_learn
+
+            print(f"workbench: [{number}/{len(engines)}] asking {engine}'s start-up checks about the atlas's settings",
+                  file=sys.stderr)
+            section = startup_learn.learn(engine)
+            cells = [c for recipes in section["settings"]["value"].values() for sizes in recipes.values() for c in sizes.values()]
+            out.write(f"{engine}: {len(cells)} settings, {sum(c.startswith('refused') for c in cells)} refused\n")
+            continue
         print(f"workbench: learning {engine}'s parser and resolution", file=sys.stderr)
         launch_learn.learn(engine)
     return 0

@@ -3,8 +3,10 @@
 For each backend the registry lists, each engine version of ``data/engines.json`` that says which
 rule the backend ships, and each mode the backend captures, the atlas runs the model presets
 (``data/presets.json``) at their own context length and at shorter common ``--context-length``
-settings, under their own speculative recipe, EAGLE (5, 4, 8), NGRAM (16 drafts, topk 10) and no
-speculation, at the page sizes the backend runs with. Per setting it finds the first failing
+settings, under their own speculative recipe, EAGLE (5, 4, 8), NGRAM (16 drafts, breadth 1) and no
+speculation, at the page sizes the backend runs with, less the settings a release's own start-up
+checks refuse (``startup_learn``: NGRAM's breadth 10 at a page size above 1 off FlashInfer, TRT-LLM
+MHA with topk above 1, NGRAM on an NPU, in 0.5.23). Per setting it finds the first failing
 committed length over everything the request table holds (closed form, confirmed by executing the
 step at it and the one below), the largest committed length a real run reaches (the backend's
 ``reachable_len``: the scheduler's cap plus ``overshoot``), the margin between them, and the bytes a
@@ -38,6 +40,7 @@ from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reache
 from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
+from workbench.engines.startup_learn import recipe_key, refusal, started
 from workbench.engines.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
@@ -63,7 +66,10 @@ def _recipes(preset: ModelPreset) -> dict[str, dict[str, object]]:
         "own": {"draft_tokens": preset.draft_tokens, "spec_steps": preset.spec_steps, "spec_topk": preset.spec_topk,
                 "draft_has_kv": preset.draft_has_kv},
         "eagle-5-4-8": {"draft_tokens": 8, "spec_steps": 5, "spec_topk": 4, "draft_has_kv": True},
-        "ngram-16": {"draft_tokens": 16, "spec_steps": 1, "spec_topk": 10, "draft_has_kv": False},
+        # Breadth 1: 0.5.23 refuses NGRAM's default breadth 10 (its topk) at a page size above 1 on
+        # every backend but FlashInfer (_handle_ngram, srt/arg_groups/speculative_hook.py:1355-1366);
+        # breadth 1 starts on each of them (tests/test_repro.py resolves every finding's command).
+        "ngram-16": {"draft_tokens": 16, "spec_steps": 1, "spec_topk": 1, "draft_has_kv": False},
         "off": {"draft_tokens": 0, "spec_steps": 1, "spec_topk": 1, "draft_has_kv": True},
     }
 
@@ -114,11 +120,16 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
             fields = version.case_fields(backend.name)
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
-                for mode, step_id in _modes(backend, setting.geometry):
-                    case = TableCase(component=backend.label, geometry=setting.geometry, rule=str(fields["rule"]),
+                g = setting.geometry
+                # The releases that start this setting: one whose own start-up checks refuse it has no row
+                starting = tuple(e for e in sharers if refusal(e, backend.name, recipe_key(g), g.page_size) is None)
+                if not starting:
+                    continue
+                for mode, step_id in _modes(backend, g):
+                    case = TableCase(component=backend.label, geometry=g, rule=str(fields["rule"]),
                                      mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
                     if table_case_problem(case) is None:
-                        out.append(AtlasConfig(version.engine, backend.label, setting, case, tuple(sharers)))
+                        out.append(AtlasConfig(version.engine, backend.label, setting, case, starting))
     return out
 
 
@@ -197,7 +208,9 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     chosen = [versions[e] for e in engines] if engines else default_versions()
     order = {v.engine: i for i, v in enumerate(chosen)}
     rows = sorted((row for i in sorted(parts) for row in parts[i]), key=lambda r: order.get(str(r["engine"]), len(order)))
-    rows += _module_rows(pooled_atlas, chosen, presets, overshoot) + _module_rows(reqtable_atlas, chosen, presets, overshoot)
+    # (the table rows' configurations leave out what a release refuses at start-up; these rows likewise)
+    modules, _ = started(_module_rows(pooled_atlas, chosen, presets, overshoot))
+    rows += modules + _module_rows(reqtable_atlas, chosen, presets, overshoot)
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 

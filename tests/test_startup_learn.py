@@ -1,0 +1,67 @@
+"""The atlas's settings as each release's own start-up checks answer them (``startup_learn``).
+
+The shipped answers are the engine's: a sample of them is asked again of 0.5.23's own resolution
+here and must come back the same; the atlas must drop every row whose setting the release refuses.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from workbench.engines import learned, startup_learn, wheels
+from workbench.model.geometry import ServingGeometry
+
+ENGINE = "sglang==0.5.23"
+# (backend, recipe, page size): a refusal and an acceptance of the same backend, and a GPU refusal
+SAMPLE = [("sglang-fa3-page-table", "NGRAM-16-1-10", 64), ("sglang-fa3-page-table", "NGRAM-16-1-1", 64),
+          ("sglang-trtllm-mha-page-table", "EAGLE-8-5-4", 16), ("sglang-ascend-block-tables", "NGRAM-16-1-1", 128)]
+
+
+def _shipped() -> dict[str, dict[str, dict[str, str]]]:
+    section = learned.section(ENGINE, startup_learn.SECTION)
+    assert section is not None, f"{ENGINE} has no {startup_learn.SECTION} section: workbench engines learn-startup"
+    found: dict[str, dict[str, dict[str, str]]] = section["settings"]["value"]
+    return found
+
+
+def test_the_shipped_answers_are_the_releases_own() -> None:
+    if wheels.cached(ENGINE) is None:
+        pytest.skip(f"{ENGINE} is not in the workbench's engine cache")
+    wanted = {(b, r, ps) for b, r, ps in SAMPLE}
+    probes = [(label, launch, g) for label, launch, g in startup_learn.probes()
+              if (label, startup_learn.recipe_key(g), g.page_size) in wanted]
+    assert len(probes) == len(SAMPLE)
+    install = wheels.fetch(ENGINE)
+    folder = startup_learn.probe_model_folder()
+    try:
+        for label, launch, g in probes:
+            said = startup_learn.ask(install, folder, launch, g)
+            assert said == _shipped()[label][startup_learn.recipe_key(g)][str(g.page_size)], (label, g)
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    # The engine's own words: the refusals name the check that made them
+    assert "_handle_ngram" in _shipped()["sglang-fa3-page-table"]["NGRAM-16-1-10"]["64"]
+    assert _shipped()["sglang-fa3-page-table"]["NGRAM-16-1-1"]["64"] == "accepted"
+
+
+def test_refusal_reads_the_learned_answer() -> None:
+    ngram10 = ServingGeometry(context_len=32768, page_size=64, draft_tokens=16, spec_steps=1, spec_topk=10,
+                              draft_has_kv=False)
+    key = startup_learn.recipe_key(ngram10)
+    assert key == "NGRAM-16-1-10"
+    refused = startup_learn.refusal(ENGINE, "sglang-fa3-page-table", key, 64)
+    assert refused is not None and "flashinfer" in refused
+    assert startup_learn.refusal(ENGINE, "sglang-fa3-page-table", "NGRAM-16-1-1", 64) is None
+    assert startup_learn.refusal("sglang==0.5.10", "sglang-fa3-page-table", key, 64) is None  # never asked: kept
+
+
+def test_the_atlas_keeps_no_row_the_release_refuses() -> None:
+    from workbench.analysis.atlas import run_atlas
+
+    frame = run_atlas([ENGINE])
+    refused = [row for row in frame.to_dict("records") if startup_learn.started([row])[1]]
+    assert not refused, refused[:2]
+    fa3 = frame[(frame.backend.str.contains("fa3")) & (frame.page_size == 64) & (frame.draft_tokens == 16)]
+    assert set(fa3.spec_topk) == {1}  # NGRAM breadth 10 at page size 64 is refused; breadth 1 starts
