@@ -99,3 +99,15 @@ def test_what_is_not_a_launch_is_one_line(text: str, message: str) -> None:
     with pytest.raises(PreflightError, match=message) as info:
         parse_command(text)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    # the SGLang attention-backend docs: a comment ending in ')' before the launch
+    "# Example: Prefill with FA4, Decode with TRTLLM MLA (Blackwell)\npython3 -m sglang.launch_server --model-path m --tp 8",
+    # a vLLM ROCm recipe: export lines with trailing comments, then a blank line
+    "export A=1  # Enable it (all of it)\nexport B=INT4  # faster\n\nvllm serve m -tp 8",
+])
+def test_a_comment_ending_in_an_operator_character_ends_at_its_line(text: str) -> None:
+    cmd = parse_command(text)
+    assert cmd.argv[-2:] == ("--tp", "8") or cmd.argv[-2:] == ("-tp", "8"), cmd
+    assert cmd.env == ({"A": "1", "B": "INT4"} if text.startswith("export") else {})

@@ -65,12 +65,15 @@ _PREFIXES = {"sudo": {"-u", "-g", "-C"}, "nohup": set(), "exec": set(), "time": 
 _PYTHON_VALUED = {"-W", "-X"}
 
 
+_OPERATOR_CHARS = set(";&|<>()\n")
+
+
 def tokens_of(text: str) -> list[str]:
     """Shell words and operators of ``text`` (quotes honoured, line continuations joined)."""
     text = re.sub(r"\\\r?\n", " ", text)
     text = re.sub(r"\\\s*$", "", text)  # a continuation with nothing after it: the shell waits for more, there is none
     text = _FD_REDIRECT.sub(" ", f" {text}")
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="".join(sorted(_OPERATOR_CHARS)))
     lexer.whitespace = " \t\r"
     lexer.whitespace_split = True
     lexer.commenters = ""
@@ -80,13 +83,25 @@ def tokens_of(text: str) -> list[str]:
         raise PreflightError(f"command: cannot be read as a shell line ({err}): check the quotes") from None
     out: list[str] = []
     in_comment = False
-    for word in words:
+    for word in _split_newlines(words):
         if word == "\n":
             in_comment = False
         elif in_comment or word.startswith("#"):  # a word starting with # starts a comment (quoted ones are rare)
             in_comment = True
             continue
         out.append(word)
+    return out
+
+
+def _split_newlines(words: list[str]) -> list[str]:
+    """Operator words with their newlines apart: shlex joins adjacent operator characters, so a
+    comment ending in ``(Blackwell)`` gives ``)\n`` and the newline that ends it would be missed."""
+    out = []
+    for word in words:
+        if "\n" in word and set(word) <= _OPERATOR_CHARS:
+            out += [piece if "\n" not in piece else "\n" for piece in re.findall(r"\n+|[^\n]+", word)]
+        else:
+            out.append(word)
     return out
 
 

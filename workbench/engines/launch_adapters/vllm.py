@@ -282,6 +282,9 @@ class VLLMAdapter(LaunchAdapter):
                        cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL")
         if model.missing:
             return Resolution(request.engine, UNDECIDED, model.missing, flags=tuple(flags), seconds=times)
+        draft = _draft(namespace, request)
+        if draft is not None and draft.missing:  # the engine would read its config first, and fail offline
+            return Resolution(request.engine, UNDECIDED, draft.missing, flags=tuple(flags), seconds=times)
         if model.engine_path != model.name:
             namespace.model = model.engine_path
             if getattr(namespace, "tokenizer", None) in (None, model.name):
@@ -702,3 +705,25 @@ def _kv_bytes(config: Any) -> int | None:
     per_value = DTYPE_BYTES.get(dtype, 2)
     mla = bool(getattr(model_config, "use_mla", False))
     return int(layers * (1 if mla else 2) * (1 if mla else heads) * head_size * per_value)
+
+
+def _draft(namespace: argparse.Namespace, request: LaunchRequest) -> Located | None:
+    """The draft model a ``--speculative-config`` names (``"model"``), found as the target is found
+    and put in its place when it is a local copy; None when the config names no model (MTP, n-gram)."""
+    import json
+
+    spec = getattr(namespace, "speculative_config", None)
+    text = isinstance(spec, str)
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            return None  # the release's own parsing says what is wrong with it
+    if not isinstance(spec, dict) or not isinstance(spec.get("model"), str) or not spec["model"]:
+        return None
+    found = locate(spec["model"], revision=spec.get("revision"), model_config=None, cwd=request.cwd,
+                   lookup_env=request.lookup_env, flag="--speculative-config model")
+    if not found.missing and found.engine_path != found.name:
+        spec = {**spec, "model": found.engine_path}
+        namespace.speculative_config = json.dumps(spec) if text else spec
+    return found
