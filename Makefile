@@ -15,10 +15,12 @@ test: setup
 	$(PY) -m pytest -q
 
 # Every SGLang release learned from its own code (resumable: a release already learned from the same
-# wheel by the same learner is skipped), then each one's conformance (200 states a function, the
+# wheel by the same learner is skipped), the atlas's settings asked of each one's start-up checks,
+# then each one's conformance (200 states a function, the
 # newest 1,000), then one shipped file learned again byte for byte. Slow: see the README for its time.
 releases: setup
 	$(PY) -m workbench engines learn --all sglang --out data/engines
+	$(PY) -m workbench engines learn-startup --engine sglang
 	$(PY) -m workbench conformance --engine sglang --states 200 --summary
 	$(PY) -m workbench conformance --engine sglang==0.5.23 --states 1000 --summary
 	WORKBENCH_ENGINE_VERSIONS=1 $(PY) -m pytest -q -m engine_versions tests/test_learn_sglang.py
