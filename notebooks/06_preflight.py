@@ -12,6 +12,10 @@
 #     language: python
 #     name: python3
 #   workbench:
+#     engines:
+#     - sglang==0.5.23
+#     - vllm==0.23.0
+#     - vllm==0.33.0
 #     test_parameters:
 #       engine: sglang==0.5.23+revert-ascend-width
 # ---

@@ -119,6 +119,31 @@ def notebook_test_parameters(path: Path) -> dict[str, Any]:
     return dict(params)
 
 
+def notebook_engines(path: Path) -> list[str]:
+    """The engine releases a notebook reads (``metadata.workbench.engines``): fetched before it runs."""
+    import nbformat
+
+    notebook = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
+    return [str(e) for e in notebook.metadata.get("workbench", {}).get("engines", [])]
+
+
+def fetch_engines(sources: Sequence[Path], out: IO[str]) -> None:
+    """Fetch the releases the notebooks read into the engine cache first, each said as it goes: a
+    first fetch (tens of seconds to minutes for a vLLM wheel) is not a notebook cell's time, and a
+    release that cannot be had is said here (the notebook's check then says UNDECIDED)."""
+    from workbench.engines import wheels
+
+    wanted = list(dict.fromkeys(e for source in sources for e in notebook_engines(source)))
+    missing = [e for e in wanted if wheels.cached(e) is None]
+    for number, engine in enumerate(missing, 1):
+        out.write(f"fetching {engine} for the notebooks ({number}/{len(missing)}) into {wheels.cache_root()}...\n")
+        out.flush()
+        try:
+            wheels.fetch(engine)
+        except wheels.FetchError as err:
+            out.write(f"  {err}\n")
+
+
 EXECUTION_TIMEOUT_S = 120  # per cell; the slowest cell here takes about 20 s on a loaded 2-core machine
 HANG_RETRIES = 1
 
@@ -287,8 +312,10 @@ def build_report(
     atomic_write_text(out_path / "seeds.json", json.dumps(rows, indent=2) + "\n")
     for owned in ("figures", "tables", "results", "png", "notebooks"):
         _fresh(out_path / owned)
+    sources = notebook_paths() if notebooks is None else list(notebooks)
+    fetch_engines(sources, out)
     runs = []
-    for source in notebook_paths() if notebooks is None else notebooks:
+    for source in sources:
         run = execute_notebook(source, out_path, device, notebook_test_parameters(source) if small else None)
         state = f"FAILED {run.error}" if run.error else "ok"
         out.write(f"notebook {run.name}: {state} ({run.seconds:.1f} s)\n")
