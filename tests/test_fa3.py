@@ -37,8 +37,10 @@ def fa3_width_pages(rule: str, ctx: int, ps: int, w: int) -> int:
     return ceil_div(ctx, ps) if rule == "context" else ceil_div(w, ps)
 
 
-def lookahead(mode: str, d: int, step_id: int) -> int:
-    return {"target-verify": d, "draft-decode": step_id + 1}.get(mode, 0)
+def lookahead(mode: str, d: int, step_id: int, topk: int) -> int:
+    """The engine's ``_spec_read_seq_len_delta``: with topk above 1 the drafts are read through a
+    separate expand table, so ``page_table`` covers the prefix only."""
+    return 0 if topk > 1 else {"target-verify": d, "draft-decode": step_id + 1}.get(mode, 0)
 
 
 def test_a_verify_at_the_scheduler_cap_reads_past_the_row_silently() -> None:
@@ -97,7 +99,7 @@ def test_closed_form_equals_an_executed_scan_of_every_committed_length_on_500_co
         w = request_table_width(g.context_len, g.page_size, g.draft_tokens, g.spec_steps, g.spec_topk,
                                 g.draft_has_kv, g.width_gen)
         capacity = fa3_width_pages(case.rule, g.context_len, g.page_size, w) * g.page_size
-        look = lookahead(case.mode.value, g.draft_tokens, case.step_id)
+        look = lookahead(case.mode.value, g.draft_tokens, case.step_id, g.spec_topk)
         scanned = None
         for s in range(1, search_bound(case) + 1):
             result = probe_step(case, s)
@@ -155,7 +157,7 @@ def test_the_backend_declares_what_the_package_asks() -> None:
 def test_other_modes_read_their_own_lookahead(mode: str) -> None:
     g = ServingGeometry(context_len=64, page_size=16, draft_tokens=4, spec_steps=3)
     case = TableCase(component=FA3, geometry=g, rule="context", mode=Mode(mode), step_id=1)
-    look = lookahead(mode, 4, 1)
+    look = lookahead(mode, 4, 1, g.spec_topk)
     first = 64 - look + 1
     if first > search_bound(case):
         assert predict_boundaries([case]) == [None]
@@ -175,3 +177,14 @@ def test_the_hardware_checks_full_suite_measures_the_fa3_table() -> None:
         "context": (4, ceil_div(4096, 64), 4 * ceil_div(4096, 64) * 4),
         "req-to-token": (4, ceil_div(4096 + 4 + 6, 64), 4 * ceil_div(4096 + 4 + 6, 64) * 4),
     }
+
+
+def test_with_topk_above_one_the_table_holds_the_prefix_only() -> None:
+    """EAGLE (5, 4, 8): the verify and the draft steps read their drafts through the expand table
+    (``_spec_read_seq_len_delta`` is 0), so ``page_table`` first fails past the context, at ctx + 1."""
+    g = ServingGeometry(context_len=4096, page_size=1, draft_tokens=8, spec_steps=5, spec_topk=4)
+    for mode, step_id in ((Mode.TARGET_VERIFY, 0), (Mode.DRAFT_DECODE, 4)):
+        case = TableCase(component=FA3, geometry=g, rule="context", mode=mode, step_id=step_id)
+        assert probe_step(case, 4096).outcome.value == "ok"
+        bound = search_bound(case)
+        assert predict_boundaries([case]) == ([4097] if bound >= 4097 else [None])

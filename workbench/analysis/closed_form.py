@@ -73,7 +73,7 @@ def first_failing_seq_len(columns: Mapping[str, npt.ArrayLike]) -> dict[str, Int
     steps, topk, step_id = (np.asarray(columns[k], dtype=np.int64) for k in ("spec_steps", "spec_topk", "step_id"))
     draft_kv = np.asarray(columns["draft_has_kv"], dtype=bool)
     w = request_table_width(ctx, ps, d, steps, topk, draft_kv, gen)
-    grid = Grid(ctx, ps, d, w, mode, step_id)
+    grid = Grid(ctx, ps, d, w, mode, step_id, topk)
     b = np.zeros_like(ctx)
     capacity_tokens = np.zeros_like(ctx)
     look = np.zeros_like(ctx)

@@ -46,9 +46,11 @@ class Grid:
     w: IntArray
     mode: IntArray
     step_id: IntArray
+    topk: IntArray  # the speculative topk (a backend may read differently above 1)
 
     def take(self, mask: npt.NDArray[np.bool_]) -> Grid:
-        return Grid(self.ctx[mask], self.ps[mask], self.d[mask], self.w[mask], self.mode[mask], self.step_id[mask])
+        return Grid(self.ctx[mask], self.ps[mask], self.d[mask], self.w[mask], self.mode[mask], self.step_id[mask],
+                    self.topk[mask])
 
 
 def cdiv_grid(a: IntArray, b: IntArray) -> IntArray:

@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from workbench.backends.base import Buffers, Seed, SizingRule, TableBackend, cdiv_grid
+from workbench.backends.base import Buffers, Grid, IntArray, Seed, SizingRule, TableBackend, cdiv_grid
 from workbench.model.cases import TableCase
-from workbench.model.geometry import ServingGeometry, cdiv
+from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 
 def fa3_context(g: ServingGeometry) -> int:
@@ -122,6 +123,16 @@ class Fa3PageTableBackend(TableBackend):
     rules = RULES
     on_overflow = "silent-overread: the kernel's writes stop at the width, the attention kernel reads cache_seqlens"
     seeds = (FA3_SEED,)
+
+    def lookahead(self, geometry: ServingGeometry, mode: Mode, step_id: int = 0) -> int:
+        """With topk above 1 a verify and a draft step read the prefix through ``page_table`` and the
+        drafts through a separate expand table: no lookahead (``_spec_read_seq_len_delta``,
+        flashattention_backend.py:867-888 in 0.5.23)."""
+        return 0 if geometry.spec_topk > 1 else super().lookahead(geometry, mode, step_id)
+
+    def lookahead_grid(self, grid: Grid) -> IntArray:
+        out: IntArray = np.where(grid.topk > 1, 0, super().lookahead_grid(grid))
+        return out
 
     def case_problem(self, case: TableCase) -> str | None:
         ps = case.geometry.page_size
