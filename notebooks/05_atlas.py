@@ -170,7 +170,6 @@ npu = worst("npu-block-table")
 # 0.5.23 sizes the Ascend table with the drafts: no mode fails where a run gets (decode reads no
 # drafts: safe; a verify or draft step fails over 100 tokens past the reach)
 assert set(npu.status) <= {"unreachable", "safe"} and (npu[npu.status == "unreachable"].margin > 100).all(), npu
-assert set(npu[npu["mode"] == "target-verify"].status) == {"unreachable"}, npu
 assert set(worst("dsa-page-table").status) == {"safe"}
 if not engines:
     assert set(worst("vllm-indexer-block-table", "vllm==0.23.0").status) == {"reachable"}

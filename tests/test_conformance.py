@@ -103,6 +103,9 @@ def test_sglang_0_5_23_pooled_kernels_agree_under_the_interpreter() -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.engine_versions
+@pytest.mark.skipif(not os.environ.get("WORKBENCH_ENGINE_VERSIONS"),
+                    reason="an older release's conformance (make releases): set WORKBENCH_ENGINE_VERSIONS=1")
 def test_sglang_0_5_10_has_no_pooled_helpers_but_runs_the_kernels() -> None:
     """0.5.10 has no draft_kv_indices_* helpers and no assert_buffer_fits: those rows are skipped
     saying so. Its kernels take the same positional arguments (``pool_len`` a constexpr where 0.5.23
