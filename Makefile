@@ -24,6 +24,7 @@ releases: setup
 	$(PY) -m workbench conformance --engine sglang --states 200 --summary
 	$(PY) -m workbench conformance --engine sglang==0.5.23 --states 1000 --summary
 	WORKBENCH_ENGINE_VERSIONS=1 $(PY) -m pytest -q -m engine_versions tests/test_learn_sglang.py
+	WORKBENCH_ENGINE_VERSIONS=1 $(PY) -m pytest -q tests/test_conformance.py -k 0_5_10
 
 # Every vLLM and vllm-ascend release learned from its own code into data/engines (resumable: a
 # release learned from the same wheel by the same learner is skipped), then one learned again from
