@@ -290,44 +290,83 @@ def _built(wheel: Path) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-def _major_release_day(package: str) -> tuple[int, str] | None:
-    """(newest major version of ``package``, the day its ``X.0.0`` wheel was built), asked of the
-    package index once (``pip index versions``, ``pip download --no-deps`` of that one wheel) and
-    kept in ``shared/release-days.json``."""
-    days_file = cache_root() / "shared" / "release-days.json"
-    days: dict[str, list[object]] = json.loads(days_file.read_text()) if days_file.exists() else {}
-    if package in days:
-        major, day = days[package]
-        return int(str(major)), str(day)
-    got = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions", package],
-                         capture_output=True, text=True, timeout=300)
-    line = next((x for x in got.stdout.splitlines() if x.startswith("Available versions:")), None)
-    if got.returncode != 0 or line is None:
-        return None
-    major = int(line.split(":", 1)[1].split(",")[0].strip().split(".")[0])
-    with tempfile.TemporaryDirectory() as folder:
-        got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", folder, f"{package}=={major}.0.0")
-        found = sorted(Path(folder).glob("*.whl"))
-        if got.returncode != 0 or not found:
+INDEX_URL = "https://pypi.org/simple"  # the package index's JSON API (PEP 691) gives each file's upload time
+
+
+def _upload_days(package: str, built: str) -> dict[str, str]:
+    """``{version: the day its first file was uploaded}`` of every final release of ``package``,
+    asked of the package index (``PIP_INDEX_URL``, else PyPI) and kept in
+    ``shared/upload-days/<package>.json``; asked again when the wheel is newer than what is kept.
+    Empty when the index cannot answer."""
+    import urllib.request
+
+    from workbench.engines.releases import version_key
+
+    kept_file = cache_root() / "shared" / "upload-days" / f"{package}.json"
+    kept: dict[str, str] = json.loads(kept_file.read_text()) if kept_file.exists() else {}
+    if kept and max(kept.values()) >= built:
+        return kept
+    url = f"{os.environ.get('PIP_INDEX_URL', INDEX_URL).rstrip('/')}/{package}/"
+    request = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            files = json.load(answer).get("files", [])
+    except (OSError, ValueError):
+        return kept
+    days: dict[str, str] = {}
+    for item in files:
+        version = _version_of(package, str(item.get("filename", "")))
+        day = str(item.get("upload-time", ""))[:10]
+        if version is None or not day or item.get("yanked"):
+            continue
+        try:
+            if version_key(version)[1] != 3:  # a pre-release
+                continue
+        except ValueError:
+            continue
+        days[version] = min(day, days.get(version, day))
+    kept_file.parent.mkdir(parents=True, exist_ok=True)
+    kept_file.write_text(json.dumps(days, indent=1, sort_keys=True) + "\n")
+    return days
+
+
+def _version_of(package: str, filename: str) -> str | None:
+    """The version in a wheel's or an sdist's file name, when the file is ``package``'s."""
+    def normal(name: str) -> str:
+        return "".join("_" if ch in "-." else ch for ch in name.lower())
+
+    if filename.endswith(".whl"):
+        name, _, rest = filename.partition("-")
+        version = rest.split("-", 1)[0]
+    else:
+        stem = next((filename[:-len(s)] for s in (".tar.gz", ".zip") if filename.endswith(s)), None)
+        if stem is None or "-" not in stem:
             return None
-        day = _built(found[0])
-    days[package] = [major, day]
-    days_file.parent.mkdir(parents=True, exist_ok=True)
-    days_file.write_text(json.dumps(days, indent=1, sort_keys=True) + "\n")
-    return major, day
+        name, version = stem.rsplit("-", 1)
+    return version if normal(name) == normal(package) else None
+
+
+def newest_of_day(package: str, built: str) -> str | None:
+    """The newest final release of ``package`` uploaded on or before ``built`` (``YYYY-MM-DD``)."""
+    from workbench.engines.releases import version_key
+
+    candidates = [v for v, day in _upload_days(package, built).items() if day <= built]
+    return max(candidates, key=version_key) if candidates else None
 
 
 def _of_their_day(wanted: list[str], family: SlimFamily, built: str, progress: Progress) -> list[str]:
-    """``wanted`` with each of ``family.of_their_day`` capped below its newest major version when
-    the engine's wheel was built before that version's first release."""
+    """``wanted`` with each of ``family.of_their_day`` capped at the newest release of the wheel's
+    day: a release is run with the library its users had, not one that came later (a later
+    transformers registers config names an older vLLM registers again, and its import fails)."""
     out = []
     for requirement in wanted:
         name = requirement.split("<")[0].split(">")[0].split("=")[0].split("!")[0].split("~")[0]
-        found = _major_release_day(name) if name in family.of_their_day else None
-        if found is not None and built < found[1]:
-            major, day = found
-            progress(f"  {name}<{major}: the wheel was built on {built}, before {name} {major}.0.0 ({day})")
-            requirement = f"{requirement}{',' if requirement != name else ''}<{major}"
+        newest = newest_of_day(name, built) if name in family.of_their_day else None
+        if newest is not None:
+            progress(f"  {name}<={newest}: the newest {name} on {built}, the day the wheel was built")
+            requirement = f"{requirement}{',' if requirement != name else ''}<={newest}"
+        elif name in family.of_their_day:
+            progress(f"  {name}: the package index did not say which releases are older than {built}; not capped")
         out.append(requirement)
     return out
 
