@@ -183,3 +183,41 @@ def test_integrity_check_catches_a_double_free_and_a_lost_page() -> None:
     lost.free_pages = lost.free_pages[1:]
     with pytest.raises(IntegrityError, match="1 pages are neither free, parked nor owned"):
         lost.check_integrity()
+
+
+def _in_page_allocator() -> PagedAllocator:
+    """ps 4; request 0 holds page 1 (prefix 8), request 1 page 2 (prefix 9); pages 3..207 free."""
+    return PagedAllocator.from_free_list(4, list(range(3, 208)), device="cpu")
+
+
+def test_an_extend_ending_inside_its_prefix_page_takes_only_that_page_when_guarded() -> None:
+    # Worked by hand: request 1 (prefix 9, seq 11) writes slots 9 and 10, after last_loc 8;
+    # request 0 (prefix 8, seq 810) opens 201 pages, 3..203, its last token (809) on page 203 slot 1.
+    out = _in_page_allocator().alloc_extend([8, 9], [810, 11], [7, 8])
+    assert out is not None
+    assert out[-2:].tolist() == [9, 10]
+    assert out[:4].tolist() == [12, 13, 14, 15] and out[801] == 203 * 4 + 1
+    assert len(set(out.tolist())) == len(out)
+
+
+def test_the_unguarded_tail_writes_over_the_previous_request() -> None:
+    # SGLang 0.5.0rc2 to 0.5.6 on Ascend: request 1 (flat positions 802, 803) still writes
+    # 11 % 4 = 3 slots of the last page opened so far (page 203: slots 812, 813, 814) over the
+    # three positions ending at its end, 801..803; 801 is request 0's token 809 (slot 813).
+    alloc = _in_page_allocator()
+    out = alloc.alloc_extend([8, 9], [810, 11], [7, 8], tail="unguarded")
+    assert out is not None
+    guarded = _in_page_allocator().alloc_extend([8, 9], [810, 11], [7, 8])
+    assert guarded is not None and guarded[801:].tolist() == [813, 9, 10]
+    assert out[801:].tolist() == [812, 813, 814]
+    assert torch.equal(out[:801], guarded[:801])
+    # slot 812 is now token 808's and token 809's; request 1's own slots 9 and 10 are never written
+    assert alloc.double_handouts == 1 and not {9, 10} & set(out.tolist())
+
+
+def test_an_unguarded_tail_reaching_before_the_batch_is_a_size_error() -> None:
+    # The first request ends inside its page with fewer tokens before its end (2) than its tail (3):
+    # the slice out[-1:2] is empty and three slots do not fit in it.
+    alloc = PagedAllocator.from_free_list(4, [5, 6], device="cpu")
+    with pytest.raises(RuntimeError, match="size"):
+        alloc.alloc_extend([9], [11], [8], tail="unguarded")

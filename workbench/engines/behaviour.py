@@ -23,14 +23,15 @@ NEEDS = {
     "DeepseekSparseAttnBackend.init_cuda_graph_state": ("dsa_rule",),
     "DeepseekSparseAttnBackend.replay[draft-extend]": ("dsa_rule", "dsa_replay", "dsa_draft_extend_rows"),
     "DeepseekSparseAttnBackend.replay": ("dsa_rule", "dsa_replay"),
-    "NPUPagedTokenToKVPoolAllocator": ("npu_gather",),
+    "NPUPagedTokenToKVPoolAllocator.alloc_decode": ("npu_gather",),
+    "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail",),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
 }
 # setting -> (component, field) of the learned section
 WHERE = {"ascend_rule": ("sglang-ascend-block-tables", "rule"), "dsa_rule": ("sglang-dsa-page-table", "rule"),
          "dsa_replay": ("sglang-dsa-page-table", "replay"),
          "dsa_draft_extend_rows": ("sglang-dsa-page-table", "draft_extend_rows"),
-         "npu_gather": ("allocator", "gather")}
+         "npu_gather": ("allocator", "gather"), "npu_extend_tail": ("allocator", "extend_tail")}
 
 
 def _fact_value(version: EngineVersion, setting: str) -> tuple[Any, str | None]:

@@ -217,10 +217,10 @@ def _npu_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str,
     # Batches opening fewer than 200 pages go to an Ascend Triton kernel (sgl_kernel_npu) that
     # cannot run here; those at 200 or more take the engine's torch path, and a short pool
     # returns None before either (the states below make both).
-    for j in range(count):
-        state = st.extend_state(rng, min_new_pages=200 if j % 4 else 0, short=not j % 4)
+    states = (st.extend_state(rng, min_new_pages=200 if j % 4 else 0, short=not j % 4) for j in range(count))
+    for state in [st.EXTEND_IN_PAGE, *states]:
         yield (state, partial(ec.engine_alloc_extend, cls, state),
-               partial(mc.model_alloc_extend, state, out_dtype=torch.int32))
+               partial(mc.model_alloc_extend, state, out_dtype=torch.int32, tail=b["npu_extend_tail"]))
 
 
 def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,

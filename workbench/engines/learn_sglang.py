@@ -25,9 +25,9 @@ from workbench.engines import learned, wheels
 from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
-from workbench.engines.states import SEED_DECODE, State
+from workbench.engines.states import EXTEND_IN_PAGE, SEED_DECODE, State
 
-LEARNER = "sglang-buffers 8"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 9"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -167,7 +167,8 @@ def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], sa
         rule = backends[component]["rule"]["value"]
         if rule is not None:
             backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
-    backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say)}
+    backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say),
+                             "extend_tail": _learn_npu_extend_tail(session, modules, say)}
     backends.update(lp.learn_pooled(session, wheel, say))
     conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
@@ -221,6 +222,18 @@ def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: 
     fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_decode", "gather",
                               {g: {"npu_gather": g} for g in ("npu-legacy", "npu-clamped")}, say, module_key="npu_alloc")
     fact["seed"] = SEED_DECODE["seed"]
+    return fact
+
+
+def _learn_npu_extend_tail(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+    """Whether the NPU allocator's extend writes a request's tail from a fresh page even when the
+    request ends inside its prefix's partial page (``unguarded``) or not (``guarded``)."""
+    if modules["npu_alloc"] is None:
+        searched = " or ".join(lb.MODULE_KEYS["npu_alloc"][1])
+        return lr.absent_fact(f"no class {searched} in the wheel", searched)
+    fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_extend", "extend_tail",
+                              {t: {"npu_extend_tail": t} for t in ("guarded", "unguarded")}, say, module_key="npu_alloc")
+    fact["seed"] = EXTEND_IN_PAGE["seed"]
     return fact
 
 

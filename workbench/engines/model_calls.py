@@ -141,8 +141,9 @@ def model_alloc_decode(state: State, gather: str, *, report_overread: bool = Fal
 
 
 def model_alloc_extend(state: State, *, out_dtype: torch.dtype, merge_bound: bool = False,
-                       capacity_check: str | None = None) -> Answer:
+                       capacity_check: str | None = None, tail: str = "guarded") -> Answer:
     """``merge_bound``: merge parked pages on the CUDA allocator's upper bound (0.5.23).
+    ``tail``: the NPU allocator's tail write (``PagedAllocator.alloc_extend``).
 
     ``capacity_check`` ("before" or "after" the kernel, the CUDA allocator's order) adds
     ``read_past_free_list`` to the answer, as the CUDA rows report it.
@@ -153,7 +154,7 @@ def model_alloc_extend(state: State, *, out_dtype: torch.dtype, merge_bound: boo
         if merge_bound:
             bound = (sum(state["seq_lens"]) - sum(state["prefix_lens"])) // state["page_size"] + len(state["seq_lens"]) + 1
         out = alloc.alloc_extend(state["prefix_lens"], state["seq_lens"], state["last_loc"], merge_bound=bound,
-                                 capacity_check=capacity_check or "before")
+                                 capacity_check=capacity_check or "before", tail=tail)
         extra = {"read_past_free_list": bool(alloc.overreads)} if capacity_check else {}
         return _after(alloc, None if out is None else out.to(out_dtype), extra)
     return catching(call)

@@ -170,3 +170,10 @@ def _pool_size(rng: random.Random, need: int) -> int:
 
 SEED_DECODE: State = {"page_size": 4, "seq_lens": [5, 10, 7], "last_loc": [11, 20, 29], "free_pages": [11],
                       "parked_pages": [], "seed": "exact-fit decode, ps 4 (the NPU allocator seed)"}  # the seed vector
+# A prefill whose second request ends inside its prefix's partial page (prefix 9, seq 11, ps 4:
+# two tokens on page 2, no page opened) after a first request opening 201 pages (the NPU
+# allocator's torch path). Every release writes those two tokens after last_loc; 0.5.0rc2 to 0.5.6
+# also write 11 % 4 = 3 slots of the first request's last new page over positions 799..801.
+EXTEND_IN_PAGE: State = {"page_size": 4, "prefix_lens": [8, 9], "seq_lens": [810, 11], "last_loc": [7, 8],
+                         "free_pages": list(range(3, 3 + 205)), "parked_pages": [],
+                         "seed": "an extend ending inside its prefix's page, ps 4"}

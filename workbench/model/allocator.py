@@ -115,6 +115,7 @@ class PagedAllocator:
         *,
         merge_bound: int | None = None,
         capacity_check: str = "before",
+        tail: str = "guarded",
     ) -> torch.Tensor | None:
         """Slots for positions ``prefix .. seq - 1`` of each request, or None when short.
 
@@ -126,6 +127,13 @@ class PagedAllocator:
         0.5.23's CUDA allocator does so on an upper bound of the pages a batch can open
         (``extend_tokens // ps + bs + 1``) before it counts them exactly; None merges only when
         the exact count is short, as the NPU allocator does.
+
+        ``tail="unguarded"``: the NPU allocator of SGLang 0.5.0rc2 to 0.5.6, which writes each
+        request's last ``seq % ps`` slots from the last page it opens even when its extend ends
+        inside its prefix's partial page and opens none: the slots ``free_pages[k - 1] * ps + 0..``
+        (``k`` the pages opened so far; ``free_pages[-1]`` before the first) go over that many
+        output positions ending at the request's end, earlier requests' among them, and the slice
+        starts below zero (an empty slice: a size error) when fewer tokens precede its end.
 
         Worked example, ps = 4, one request with prefix 6, seq 13, last_loc 21 (slot of token 5),
         free pages [9, 3]: positions 6, 7 finish the old page (slots 22, 23); positions 8..11 fill
@@ -158,9 +166,36 @@ class PagedAllocator:
             index = torch.where(in_old_page, torch.zeros_like(index), index)
             new_slot = self.free_pages[index] * ps + pos % ps  # parts 2 and 3: fresh pages
             out = torch.where(in_old_page, out, new_slot)
+        if tail == "unguarded":
+            self._write_unguarded_tails(out, prefix, seq, new_pages)
+        elif tail != "guarded":
+            raise ValueError(f"tail: {tail!r} is not 'guarded' or 'unguarded'")
         self._take_pages(num_new_pages)
         self._hand_out(out)
         return out
+
+    def _write_unguarded_tails(self, out: torch.Tensor, prefix: torch.Tensor, seq: torch.Tensor,
+                               new_pages: torch.Tensor) -> None:
+        """What ``tail="unguarded"`` writes over ``out`` (the guarded slots), request by request
+        in batch order as that kernel runs. A request whose extend ends inside its prefix's
+        partial page (``seq % ps`` tokens on it, no page opened) still takes the other two steps:
+        the full pages, a count of ``-ps`` (the slice ``free_pages[k:k - 1]`` onto
+        ``out[end:end - ps]``: empty unless ``k`` or ``end - ps`` falls below zero, where Python's
+        slices wrap), then the tail. Every later request writes its own slots again after."""
+        ps = self.page_size
+        guarded = out.clone()
+        ends = torch.cumsum(seq - prefix, 0)
+        pages_so_far = torch.cumsum(new_pages, 0)  # k: pages opened by this request and those before
+        slot_in_page = torch.arange(ps, device=self.device)
+        for i in range(len(seq)):
+            start, end, k = int(ends[i] - (seq[i] - prefix[i])), int(ends[i]), int(pages_so_far[i])
+            out[start:end] = guarded[start:end]
+            count = int(seq[i]) % ps
+            if int(seq[i]) >= cdiv(int(prefix[i]), ps) * ps or not count:
+                continue  # it opens a page, or ends on a page boundary: the guarded slots
+            pages = self.free_pages[k:k - 1]
+            out[end:end - ps] = (pages.view(-1, 1) * ps + slot_in_page.view(1, -1)).view(-1)
+            out[end - count:end] = self.free_pages[k - 1] * ps + slot_in_page[:count]
 
     def alloc_decode(
         self,
@@ -200,7 +235,8 @@ class PagedAllocator:
         self.free_pages = self.free_pages[num_new_pages:]
 
     def _hand_out(self, slots: torch.Tensor) -> None:
-        self.double_handouts += int(self.handed_slots[slots].sum())
+        # a slot handed out before, or twice in this one answer (an unguarded tail's)
+        self.double_handouts += int(self.handed_slots[slots].sum()) + len(slots) - len(torch.unique(slots))
         self.handed_slots[slots] = True
 
     # ---- release --------------------------------------------------------------------------
