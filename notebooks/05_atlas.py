@@ -38,7 +38,9 @@
 # `ctx - 1 + N`. **[Margin](../docs/glossary.md#margin)** = first failing - reachable - 1: negative
 # means a real run gets there. The cells' words: **fails loudly**
 # (the step raises), **fails silently** (nothing raises: a kernel reads or writes past the buffer),
-# **fails past reach** (only past what a run reaches), **safe** (no length the table holds fails). Every row is then run again
+# **fails past reach** (only past what a run reaches), **safe** (no length the table holds fails),
+# **refused at start-up** (the release's own start-up checks, asked by `workbench engines
+# learn-startup`, refuse every setting of the cell: no run starts). Every row is then run again
 # (`run_confirmed`): a reachable failure by a run that hits it, a margin or a safe row by a run that
 # gets to the reachable length with every step passing (SGLang: a seeded serving run; vLLM: a request
 # walk, or the deployment's step; `run_model` says which).
@@ -86,13 +88,17 @@ if confirm_runs:
     summary = confirm_by_runs(summary)
 save_results(frame, output_dir, "05_atlas_settings")  # every setting's row
 save_results(summary, output_dir, "05_atlas_summary")  # the report's findings are these rows
-print(f"{len(frame)} settings, every boundary confirmed by execution; {len(summary)} backend x version x mode rows")
+refused = frame.status == "refused"
+print(f"{(~refused).sum()} settings, every boundary confirmed by execution; {refused.sum()} refused at start-up by "
+      f"their release (not run); {len(summary)} backend x version x mode rows")
 
 # %% [markdown]
 # The figure: red cells fail loudly in a real run, orange ones fail silently in a real run, blue
 # cells fail only past what a run reaches (a margin, not a crash), green cells never fail at any
-# committed length the request table holds. Each cell names the outcome, the first failing length
-# and the margin. Consecutive releases whose cells are all the same share a row.
+# committed length the request table holds, slate cells are settings the release refuses to start
+# (hover for the engine's message), grey ones have no row: the backend has no such graph, or the
+# release's data do not model it. Each cell names the outcome, the first failing length and the
+# margin. Consecutive releases whose cells are all the same share a row.
 
 # %%
 fig = atlas_figure(collapse_releases(summary))  # consecutive releases with the same rows: one row
@@ -105,6 +111,7 @@ fig
 # %%
 columns = ["backend", "engine", "mode", "rule", "first_failing_seq_len", "reachable_len", "margin", "status", "outcome",
            "preset", "recipe", "context_len", "page_size", "extra_bytes", "extra_share_of_kv"]
+columns += ["startup_refusal"] if "startup_refusal" in summary else []
 if confirm_runs:
     columns += ["run_model", "run_confirmed"]
 summary[columns]
@@ -164,12 +171,16 @@ fa3 = worst("sglang-fa3-page-table")
 assert set(fa3.status) == {"reachable"} and set(fa3.outcome) == {"silent-overread"}, fa3
 verify = fa3[fa3["mode"] == "target-verify"].iloc[0]
 assert verify.first_failing_seq_len == verify.context_len - verify.draft_tokens + 1
-if confirm_runs:
-    assert summary.run_confirmed.all(), summary[~summary.run_confirmed.astype(bool)]
+if confirm_runs:  # every row a release starts is run again (a refused one has nothing to run)
+    ran = summary[summary.status != "refused"]
+    assert ran.run_confirmed.astype(bool).all(), ran[~ran.run_confirmed.astype(bool)]
 npu = worst("npu-block-table")
 # 0.5.23 sizes the Ascend table with the drafts: no mode fails where a run gets (decode reads no
-# drafts: safe; a verify or draft step fails over 100 tokens past the reach)
-assert set(npu.status) <= {"unreachable", "safe"} and (npu[npu.status == "unreachable"].margin > 100).all(), npu
+# drafts: safe; a verify or draft step fails over 100 tokens past the reach), and it refuses NGRAM
+# on an NPU at start-up: where every chosen setting is one it refuses (QwQ-32B's alone), the row says so
+assert set(npu.status) <= {"unreachable", "safe", "refused"} and (npu[npu.status == "unreachable"].margin > 100).all(), npu
+refused_npu = npu[npu.status == "refused"]
+assert refused_npu.empty or refused_npu.startup_refusal.str.contains("_handle_").all(), npu  # the engine's own check
 assert set(worst("dsa-page-table").status) == {"safe"}
 if not engines:
     assert set(worst("vllm-indexer-block-table", "vllm==0.23.0").status) == {"reachable"}
@@ -200,8 +211,9 @@ assert (table.batch == 1).all() and (table.first_failing_seq_len == table.reques
 # gathers are the ones its own code gave when it was learned (`workbench engines learn`); nothing
 # is typed in per release, so a fix shows where a release's learned data change: a bar changes
 # colour, or its first failing length moves. Red: a failure a run of that release reaches (avoid
-# it); amber: one past what a run reaches; green: safe; grey: no such buffer; purple: the release's
-# code gave widths no rule of the model agrees with.
+# it); amber: one past what a run reaches; green: safe; slate: the release refuses the deployment
+# at start-up (0.5.23 and NGRAM on an NPU: hover for the engine's message); grey: no such buffer;
+# purple: the release's code gave widths no rule of the model agrees with.
 
 # %%
 from workbench.analysis.history import history

@@ -64,13 +64,17 @@ def test_every_backend_the_version_names_has_rows_in_every_mode_it_captures(atla
     assert set(atlas[atlas.backend == "dsa-page-table"]["mode"]) == {"decode", "target-verify", "draft-extend"}
     assert set(atlas[atlas.backend == "npu-block-table"]["mode"]) == {"decode", "target-verify", "draft-decode",
                                                                        "draft-extend"}
-    assert (atlas.buffer_unit != "entries").sum() == len(configurations(["sglang==0.5.23"]))
+    table = atlas[atlas.buffer_unit != "entries"]
+    assert (table.status != "refused").sum() == len(configurations(["sglang==0.5.23"]))
+    assert len(table) == len(configurations(["sglang==0.5.23"], with_refused=True))  # refused: a row, nothing run
     assert atlas.context_len.max() == 1048576  # GLM-5.2 at its own context
 
 
 def test_the_ascend_gap_of_0523_is_a_failure_no_run_reaches(atlas: pd.DataFrame) -> None:
-    # 0.5.23 refuses NGRAM on an NPU at start-up (_handle_ngram): the seed's recipe has no row there
-    assert atlas[(atlas.backend == "npu-block-table") & (atlas.draft_tokens == 16)].empty
+    # 0.5.23 refuses NGRAM on an NPU at start-up (_handle_ngram): the seed's recipe is not run, its rows say why
+    ngram = atlas[(atlas.backend == "npu-block-table") & (atlas.draft_tokens == 16)]
+    assert len(ngram) and set(ngram.status) == {"refused"} and ngram.first_failing_seq_len.isna().all()
+    assert ngram.startup_refusal.str.contains("Ngram speculative decoding only supports CUDA").any()
     # GLM-5's EAGLE (3, 1, 4): (32768 + 127 + 4) // 128 = 257 pages; a verify reads s + 4
     row = _setting(atlas, "npu-block-table", "target-verify", "GLM-5", "own", 32768, 128)
     assert (row.rule, row.width_gen, row.buffer_width) == ("context-plus-draft", "g3", 257)
@@ -96,7 +100,7 @@ def test_every_reachable_failure_reported_is_hit_by_a_serving_run(atlas: pd.Data
     assert reachable.run_confirmed.all(), reachable[["backend", "mode", "first_failing_seq_len", "run_committed_len"]]
     assert (reachable.run_committed_len >= reachable.first_failing_seq_len - 1).all()
     # A margin or a safe row: the run gets to the reachable length and no replay fails
-    others = summary[summary.status != "reachable"]
+    others = summary[~summary.status.isin(["reachable", "refused"])]
     assert len(others) and others.run_confirmed.all(), others[["backend", "mode", "reachable_len", "run_committed_len"]]
     assert (others.run_outcome == "ok").all() and (others.run_committed_len >= others.reachable_len - 1).all()
 
@@ -129,7 +133,8 @@ def test_the_figure_draws_one_cell_per_backend_version_and_mode(atlas: pd.DataFr
         version = engine.partition("==")[2] or engine
         assert sum(label.startswith(backend + "<br>") and version in label for label in heat.y) >= 1, (backend, engine)
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
-    assert list(fig.data[0].colorbar.ticktext) == ["safe", "fails past reach", "fails loudly", "fails silently", "n/a"]
+    assert list(fig.data[0].colorbar.ticktext) == ["safe", "fails past reach", "fails loudly", "fails silently",
+                                                   "refused at<br>start-up", "n/a"]
     assert fig.layout.width <= 940  # JupyterLab's output area at a 1400 px window
 
 
@@ -199,7 +204,7 @@ def test_the_pooled_buffers_fail_per_batch_and_their_runs_hit_where_the_rows_say
     assert (eager.batch, eager.outcome, eager.status) == (1, "silent-overwrite", "reachable")  # one request suffices
     aiter = summary.loc[("sglang-aiter-kv-indices", "sglang==0.5.10", "target-verify")]
     assert aiter.first_failing_seq_len == aiter.context_len - aiter.draft_tokens + 1 and aiter.status == "reachable"
-    pooled = summary[summary.buffer_unit == "entries"]
+    pooled = summary[(summary.buffer_unit == "entries") & (summary.status != "refused")]
     assert pooled.boundary_confirmed.dropna().astype(bool).all() and pooled.run_confirmed.astype(bool).all()
     assert set(pooled[pooled.status == "reachable"].run_committed_len) <= set(pooled.first_failing_seq_len)
     # FlashInfer MLA's verify is modelled from 0.5.18 (its copy before that is inside flashinfer, not

@@ -157,7 +157,7 @@ def _fixed_in(summary: list[dict[str, Any]], row: dict[str, Any]) -> str | None:
     later = [r for r in summary if r["backend"] == row["backend"] and r["mode"] == row["mode"]
              and "+" not in r["engine"] and _version(r["engine"])[0] == name and _version(r["engine"])[1] > version]
     for r in sorted(later, key=lambda r: _version(r["engine"])):
-        if r["status"] != "reachable":
+        if r["status"] not in ("reachable", "refused"):  # a release that refuses to start the setting fixes nothing
             return str(r["engine"])
     return None
 

@@ -16,7 +16,8 @@ import sys
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
-from workbench.analysis.history import history
+from workbench.analysis.history import format_history, history, references
+from workbench.engines import learned, startup_learn
 from workbench.engines.versions import load_versions
 
 SEEDS = (("sglang-ascend-block-tables", "target-verify", "rule"), ("sglang-dsa-page-table", "target-verify", "rule"),
@@ -65,3 +66,36 @@ def test_history_prints_runs_of_releases() -> None:
     lines = subprocess.run([sys.executable, "-m", "workbench", "history", "--backend", "allocator", "--json"],
                            capture_output=True, text=True, check=True).stdout.splitlines()
     assert {json.loads(line)["release"] for line in lines} >= {"sglang==0.5.10", "sglang==0.5.23"}
+
+
+def _startup_answer(release: str, component: str, mode: str) -> str | None:
+    """What ``release`` said, asked at start-up, of the reference deployment (its learned file), or None."""
+    section = learned.section(release, startup_learn.SECTION)
+    reference = next(r for r in references() if (r.component, r.mode) == (component, mode))
+    if section is None or component == "allocator":
+        return None
+    settings = {"spec_steps": 1, "spec_topk": 1, "draft_tokens": 0, "draft_has_kv": True, **reference.settings}
+    recipe = startup_learn.recipe_word(settings["draft_tokens"], settings["spec_steps"], settings["spec_topk"],
+                                       settings["draft_has_kv"])
+    said = section["settings"]["value"].get(component, {}).get(recipe, {}).get(str(settings["page_size"]))
+    return str(said) if said is not None else None
+
+
+def test_a_release_that_refuses_the_deployment_at_start_up_says_so(past: pd.DataFrame) -> None:
+    """0.5.23's own start-up checks refuse NGRAM on an NPU (its learned startup section): the first
+    seed's deployment under it is "refused at start-up" with the engine's message, not a boundary."""
+    refused = 0
+    for row in past.to_dict("records"):
+        learned_from = row["data_from"]  # None: the release was not learned
+        said = _startup_answer(learned_from, str(row["backend"]), str(row["mode"])) \
+            if isinstance(learned_from, str) else None
+        if said is not None and said.startswith("refused: "):
+            refused += 1
+            assert row["status"] == "refused" and row["startup_refusal"] == said.removeprefix("refused: "), row
+            assert pd.isna(row.get("first_failing")), row
+        else:
+            assert row["status"] != "refused", row
+    seed = _startup_answer("sglang==0.5.23", "sglang-ascend-block-tables", "target-verify")
+    assert seed is not None and seed.startswith("refused: Ngram") and refused >= 1
+    text = format_history(past[past.backend == "sglang-ascend-block-tables"])
+    assert "0.5.23 refused at start-up" in text and seed.removeprefix("refused: ") in text

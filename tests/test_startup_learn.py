@@ -1,13 +1,15 @@
 """The atlas's settings as each release's own start-up checks answer them (``startup_learn``).
 
 The shipped answers are the engine's: a sample of them is asked again of 0.5.23's own resolution
-here and must come back the same; the atlas must drop every row whose setting the release refuses.
+here and must come back the same; the atlas must run no setting the release refuses, and say so in
+its row (status ``refused``, the engine's message).
 """
 
 from __future__ import annotations
 
 import shutil
 
+import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from workbench.engines import learned, startup_learn, wheels
@@ -57,11 +59,18 @@ def test_refusal_reads_the_learned_answer() -> None:
     assert startup_learn.refusal("sglang==0.5.10", "sglang-fa3-page-table", key, 64) is None  # never asked: kept
 
 
-def test_the_atlas_keeps_no_row_the_release_refuses() -> None:
+def test_the_atlas_runs_no_setting_the_release_refuses() -> None:
     from workbench.analysis.atlas import run_atlas
 
     frame = run_atlas([ENGINE])
-    refused = [row for row in frame.to_dict("records") if startup_learn.started([row])[1]]
-    assert not refused, refused[:2]
+    records = frame.to_dict("records")
+    refused = [row for row in records if startup_learn.started([row])[1]]
+    assert refused and all(row["status"] == "refused" and pd.isna(row["first_failing_seq_len"]) for row in refused)
+    assert all(row["startup_refusal"] == startup_learn.row_refusal(row) for row in refused)
+    assert len(frame[frame.status == "refused"]) == len(refused)  # and every row it starts ran
     fa3 = frame[(frame.backend.str.contains("fa3")) & (frame.page_size == 64) & (frame.draft_tokens == 16)]
-    assert set(fa3.spec_topk) == {1}  # NGRAM breadth 10 at page size 64 is refused; breadth 1 starts
+    ran = fa3[fa3.status != "refused"]
+    assert set(ran.spec_topk) == {1}  # NGRAM breadth 10 at page size 64 is refused; breadth 1 starts
+    assert set(fa3[fa3.spec_topk == 10].status) == {"refused"}
+    said = _shipped()["sglang-fa3-page-table"]["NGRAM-16-1-10"]["64"].removeprefix("refused: ")
+    assert set(fa3[fa3.spec_topk == 10].startup_refusal) == {said}

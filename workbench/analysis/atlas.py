@@ -4,9 +4,11 @@ For each backend the registry lists, each engine version of ``data/engines.json`
 rule the backend ships, and each mode the backend captures, the atlas runs the model presets
 (``data/presets.json``) at their own context length and at shorter common ``--context-length``
 settings, under their own speculative recipe, EAGLE (5, 4, 8), NGRAM (16 drafts, breadth 1) and no
-speculation, at the page sizes the backend runs with, less the settings a release's own start-up
-checks refuse (``startup_learn``: NGRAM's breadth 10 at a page size above 1 off FlashInfer, TRT-LLM
-MHA with topk above 1, NGRAM on an NPU, in 0.5.23). Per setting it finds the first failing
+speculation, at the page sizes the backend runs with. A setting a release's own start-up checks refuse
+(``startup_learn``: NGRAM's breadth 10 at a page size above 1 off FlashInfer, TRT-LLM MHA with topk
+above 1, NGRAM on an NPU, in 0.5.23) is not run: its row says ``refused`` with the engine's message
+(``startup_refusal``), so a cell whose every setting the release refuses reads "refused at
+start-up", never "not modelled". Per started setting it finds the first failing
 committed length over everything the request table holds (closed form, confirmed by executing the
 step at it and the one below), the largest committed length a real run reaches (the backend's
 ``reachable_len``: the scheduler's cap plus ``overshoot``), the margin between them, and the bytes a
@@ -15,8 +17,9 @@ safe width costs over the engine's.
     margin = first_failing - reachable - 1     negative: a real run reaches the failure
 
 A setting is ``safe`` (nothing the table holds fails), ``unreachable`` (a failure past what a run
-reaches) or ``reachable`` (a run gets there). ``summarize`` keeps one row per backend, version and
-mode: its worst setting.
+reaches), ``reachable`` (a run gets there) or ``refused`` (the release does not start it).
+``summarize`` keeps one row per backend, version and mode: its worst started setting, or, where the
+release refuses every setting, a ``refused`` row carrying each distinct refusal.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reache
 from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
-from workbench.engines.startup_learn import recipe_key, refusal, started
+from workbench.engines.startup_learn import recipe_key, refusal, row_refusal
 from workbench.engines.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
@@ -49,7 +52,15 @@ from workbench.model.outcome import ProbeResult
 COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
 DEFAULT_OVERSHOOT: int | None = None  # None: the scheduler's reach; an integer is a what-if (ctx - 1 + it)
 CHUNK = 100
-STATUS_ORDER = ("reachable", "unreachable", "safe")  # worst first
+REFUSED = "refused"  # the release's start-up checks refuse the setting: no run, no boundary
+STATUS_ORDER = ("reachable", "unreachable", "safe", REFUSED)  # worst first; a refused setting is no run
+# What names a setting's row without running it: a refused setting's row holds these, its status and the message
+SETTING_COLUMNS = ("engine", "backend", "rule", "width_gen", "replay", "mode", "step_id", "preset", "recipe",
+                   "context_len", "page_size", "draft_tokens", "spec_steps", "spec_topk", "draft_has_kv", "max_bs",
+                   "request_table_width", "buffer_unit")
+# Integers with gaps (a safe row has no first failing length; a refused one has no run at all)
+INTEGER_COLUMNS = ("first_failing_seq_len", "margin", "reachable_len", "scheduler_reach", "buffer_width", "engine_bytes",
+                   "safe_bytes", "extra_bytes", "kv_budget_bytes")
 
 
 @dataclass(frozen=True)
@@ -103,14 +114,22 @@ class AtlasConfig:
     setting: Setting
     case: TableCase
     sharers: tuple[str, ...] = ()  # the releases whose data give the same boundary (engine first); () = engine alone
+    refused: tuple[tuple[str, str], ...] = ()  # (release, the engine's message): sharers that refuse the setting
+
+    @property
+    def started_by(self) -> tuple[str, ...]:
+        """The releases that start the setting: each gets a row with the boundary."""
+        return self.sharers if self.sharers or self.refused else (self.engine,)
 
 
-def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None) -> list[AtlasConfig]:
+def configurations(engines: Sequence[str] | None = None, presets: Sequence[ModelPreset] | None = None, *,
+                   with_refused: bool = False) -> list[AtlasConfig]:
     """Every backend x version (that names the backend's rule) x setting x mode, valid states only.
 
     Releases whose data give a backend the same rule, replay and width generation have the same
     boundaries: only the first of them is configured, with the releases that share it (``sharers``:
-    each gets its own row, at its own reach)."""
+    each gets its own row, at its own reach). Releases whose start-up checks refuse the setting are
+    in ``refused``; a setting every sharer refuses is configured only ``with_refused``."""
     versions = load_versions()
     chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else default_versions()
     presets = list(presets) if presets is not None else load_presets()
@@ -121,24 +140,48 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
                 g = setting.geometry
-                # The releases that start this setting: one whose own start-up checks refuse it has no row
-                starting = tuple(e for e in sharers if refusal(e, backend.name, recipe_key(g), g.page_size) is None)
-                if not starting:
+                # The releases that start this setting, and those whose own start-up checks refuse it
+                said = {e: refusal(e, backend.name, recipe_key(g), g.page_size) for e in sharers}
+                starting = tuple(e for e, message in said.items() if message is None)
+                refusing = tuple((e, message) for e, message in said.items() if message is not None)
+                if not starting and not with_refused:
                     continue
                 for mode, step_id in _modes(backend, g):
                     case = TableCase(component=backend.label, geometry=g, rule=str(fields["rule"]),
                                      mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
                     if table_case_problem(case) is None:
-                        out.append(AtlasConfig(version.engine, backend.label, setting, case, starting))
+                        out.append(AtlasConfig(version.engine, backend.label, setting, case, starting, refusing))
     return out
 
 
 def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) -> list[dict[str, object]]:
-    """One chunk's rows (a top-level function, so process pools can run it)."""
+    """One chunk's rows (a top-level function, so process pools can run it): a started setting's with
+    its boundary, a refused one's with the engine's message (nothing run for it)."""
+    started = [c for c in configs if c.started_by]
     with one_torch_thread():
-        found = fast_boundaries([c.case for c in configs], device=device)
-        return [_row(replace(c, engine=engine), f.first_failing_seq_len, f.failing, overshoot)
-                for c, f in zip(configs, found) for engine in (c.sharers or (c.engine,))]
+        found = fast_boundaries([c.case for c in started], device=device)
+        rows = [_row(replace(c, engine=engine), f.first_failing_seq_len, f.failing, overshoot)
+                for c, f in zip(started, found) for engine in c.started_by]
+    return rows + [refused_row(_setting_row(replace(c, engine=engine)), message)
+                   for c in configs for engine, message in c.refused]
+
+
+def _setting_row(config: AtlasConfig) -> dict[str, object]:
+    """What names a table setting's row (``SETTING_COLUMNS``), nothing run."""
+    case, g = config.case, config.case.geometry
+    return {"engine": config.engine, "backend": config.backend, "rule": case.rule, "width_gen": g.width_gen,
+            "replay": case.replay.value, "mode": case.mode.value, "step_id": case.step_id,
+            "preset": config.setting.preset.name, "recipe": config.setting.recipe, "context_len": g.context_len,
+            "page_size": g.page_size, "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps,
+            "spec_topk": g.spec_topk, "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs,
+            "request_table_width": g.request_table_width, "buffer_unit": backends.backend_of(case.component).unit}
+
+
+def refused_row(row: dict[str, object], message: str) -> dict[str, object]:
+    """A setting's row as one the release refuses at start-up: what names the setting, ``status``
+    ``refused`` and the engine's message; no boundary, reach or outcome (nothing ran)."""
+    return {**{k: row[k] for k in SETTING_COLUMNS if k in row}, "status": REFUSED, "outcome": None,
+            "startup_refusal": message}
 
 
 def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
@@ -159,12 +202,7 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
     safe_bytes = min_safe_bytes(case.component, g, case.mode)
     kv_budget = kv_budget_bytes(g.max_bs, g.context_len, config.setting.preset.kv_bytes_per_token)  # this setting's
     return {
-        "engine": config.engine, "backend": config.backend, "rule": case.rule, "width_gen": g.width_gen,
-        "replay": case.replay.value, "mode": case.mode.value, "step_id": case.step_id,
-        "preset": config.setting.preset.name, "recipe": config.setting.recipe, "context_len": g.context_len,
-        "page_size": g.page_size, "draft_tokens": g.draft_tokens, "spec_steps": g.spec_steps, "spec_topk": g.spec_topk,
-        "draft_has_kv": g.draft_has_kv, "max_bs": g.max_bs, "request_table_width": g.request_table_width,
-        "buffer_width": backend.width(g, case.rule), "buffer_unit": backend.unit,
+        **_setting_row(config), "buffer_width": backend.width(g, case.rule),
         "first_failing_seq_len": first, "outcome": failing.outcome.value if failing is not None else "ok",
         "error": failing.error if failing is not None else None,
         "reachable_len": reachable, "margin": margin, "status": status,
@@ -200,7 +238,7 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     for engine in engines or ():
         if engine not in versions:
             raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
-    configs = configurations(engines, presets)
+    configs = configurations(engines, presets, with_refused=True)
     args = [(configs[i : i + CHUNK], overshoot, device) for i in range(0, len(configs), CHUNK)]
     parts: dict[int, list[dict[str, object]]] = {}
     for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
@@ -208,10 +246,12 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
     chosen = [versions[e] for e in engines] if engines else default_versions()
     order = {v.engine: i for i, v in enumerate(chosen)}
     rows = sorted((row for i in sorted(parts) for row in parts[i]), key=lambda r: order.get(str(r["engine"]), len(order)))
-    # (the table rows' configurations leave out what a release refuses at start-up; these rows likewise)
-    modules, _ = started(_module_rows(pooled_atlas, chosen, presets, overshoot))
-    rows += modules + _module_rows(reqtable_atlas, chosen, presets, overshoot)
-    return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+    # a pooled buffer's setting the release refuses at start-up: its row says so, as the table rows do
+    rows += [refused_row(r, message) if (message := row_refusal(r)) else r
+             for r in _module_rows(pooled_atlas, chosen, presets, overshoot)]
+    rows += _module_rows(reqtable_atlas, chosen, presets, overshoot)
+    frame = pd.DataFrame(rows)
+    return frame.astype({column: "Int64" for column in INTEGER_COLUMNS if column in frame})
 
 
 def _module_rows(module: ModuleType, chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
@@ -272,18 +312,24 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
 
 def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """One row per backend, version and mode: its worst setting (reachable before unreachable before
-    safe; the smallest margin among equals), with the count of settings of each status. A pooled
-    buffer's worst setting is executed here (its other settings have the closed form only)."""
+    safe; the smallest margin among equals; a refused setting only where the release refuses every
+    one, its ``startup_refusal`` then each distinct message, one a line), with the count of settings
+    of each status. A pooled buffer's worst setting is executed here (its other settings have the
+    closed form only)."""
     rank = frame.status.map({s: i for i, s in enumerate(STATUS_ORDER)})
-    ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"])
+    ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"], kind="stable")
     keys = ["backend", "engine", "mode"]
     worst = ordered.groupby(keys, sort=False).head(1).drop(columns=["_rank", "_margin"])
     counts = frame.groupby(keys).status.value_counts().unstack(fill_value=0)
     counts = counts.reindex(columns=list(STATUS_ORDER), fill_value=0).add_prefix("settings_").reset_index()
     summary = worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
+    if "startup_refusal" in frame:
+        said = frame[frame.status == REFUSED].groupby(keys).startup_refusal.agg(lambda m: "\n".join(dict.fromkeys(m)))
+        refused = summary.status == REFUSED
+        summary.loc[refused, "startup_refusal"] = [said[tuple(k)] for k in summary.loc[refused, keys].to_numpy()]
     summary = pooled_atlas.confirmed_summary_rows(summary, device)
     for index, r in summary.iterrows():  # the request table's worst setting, executed likewise
-        if backends.is_reservation_backend(str(r.backend)):
+        if backends.is_reservation_backend(str(r.backend)) and r.status != REFUSED:
             for key, value in reqtable_atlas.confirm_boundary(r, device).items():
                 summary.loc[index, key] = value
     return summary
@@ -370,13 +416,16 @@ def confirm_by_runs(summary: pd.DataFrame) -> pd.DataFrame:
     the row says; a margin or a safe row run to the cap without a failing step), ``run_model`` (which
     run), ``run_committed_len`` and ``run_outcome``. SGLang's tables run through a seeded serving run
     (``confirm_by_run``), the case backends (vLLM's) through a request walk or the deployment's step
-    (``confirm_by_walk``)."""
+    (``confirm_by_walk``). A row the release refuses at start-up has no run (``run_confirmed`` None)."""
     results: list[dict[str, object]] = []
     done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one run
     for _, row in summary.iterrows():
         key = content_key(row)
         if key not in done:
-            if backends.is_table_backend(str(row.backend)):
+            if row.status == REFUSED:  # the release does not start it: nothing to run
+                done[key] = {"run_model": "none: refused at start-up", "run_committed_len": None, "run_outcome": None,
+                             "run_confirmed": None}
+            elif backends.is_table_backend(str(row.backend)):
                 done[key] = {"run_model": "sglang serving run", **confirm_by_run(row)}
             elif backends.is_pooled_backend(str(row.backend)):
                 done[key] = pooled_atlas.confirm_by_batch_walk(row)
@@ -393,6 +442,12 @@ def format_summary(summary: pd.DataFrame) -> str:
     lines = [f"{'backend':<26} {'engine':<16} {'mode':<14} {'rule':<19} {'first fail':>10} {'reach':>8} {'margin':>7}  "
              f"{'status':<12} {'outcome':<16} run   worst setting"]
     for row in summary.itertuples(index=False):
+        setting = f"{row.preset} {row.recipe} ctx {row.context_len} ps {row.page_size}"
+        if row.status == REFUSED:  # no boundary, reach or run: the engine's message instead
+            why = " / ".join(str(row.startup_refusal).splitlines())
+            lines.append(f"{row.backend:<26} {row.engine:<16} {row.mode:<14} {row.rule:<19} {'-':>10} {'-':>8} {'':>7}  "
+                         f"{'refused at start-up':<29} {'-':<5} {setting}: {why}")
+            continue
         first = "none" if pd.isna(row.first_failing_seq_len) else str(int(row.first_failing_seq_len))
         margin = "" if pd.isna(row.margin) else str(int(row.margin))
         confirmed = getattr(row, "run_confirmed", None)
@@ -402,7 +457,6 @@ def format_summary(summary: pd.DataFrame) -> str:
             run = "hit" if confirmed else "MISS"  # the run fails where the row says, or it does not
         else:
             run = "cap" if confirmed else "FAIL"  # the run gets to the cap with every step passing, or it fails
-        setting = f"{row.preset} {row.recipe} ctx {row.context_len} ps {row.page_size}"
         lines.append(f"{row.backend:<26} {row.engine:<16} {row.mode:<14} {row.rule:<19} {first:>10} {row.reachable_len:>8} "
                      f"{margin:>7}  {row.status:<12} {row.outcome:<16} {run:<5} {setting}")
     return "\n".join(lines)

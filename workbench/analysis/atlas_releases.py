@@ -118,8 +118,10 @@ def content_key(row: object) -> str:
 def collapse_releases(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary with consecutive releases whose rows for a backend are the same (every mode:
     status, outcome, first failing length, margin, rule) merged into one row named by their span
-    (``sglang==0.5.16 … 0.5.23``), so forty releases draw as the handful of distinct ones."""
+    (``sglang==0.5.16 … 0.5.23``), so forty releases draw as the handful of distinct ones. Rows the
+    releases refuse at start-up are the same only with the same messages."""
     same = ["mode", "rule", "status", "outcome", "first_failing_seq_len", "margin"]
+    same += ["startup_refusal"] if "startup_refusal" in summary else []
     order = {v.engine: i for i, v in enumerate(load_versions().values())}
     parts = []
     for _, rows in summary.groupby("backend", sort=False):

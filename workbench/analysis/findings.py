@@ -107,13 +107,14 @@ def conditions_of(row: pd.Series) -> dict[str, object]:
 
 def _fixed_in(summary: pd.DataFrame, row: pd.Series) -> str | None:
     """The first release after ``row``'s, of the same engine, with a row for the same backend and mode
-    that a run does not break; None when every later release with such a row still breaks."""
+    that a run does not break; None when every later release with such a row still breaks. A release
+    that refuses every setting there at start-up fixes nothing (no run of it says so): it is passed over."""
     name = str(row["engine"]).partition("==")[0]
     later = summary[(summary["backend"] == row["backend"]) & (summary["mode"] == row["mode"])
                     & summary["engine"].map(lambda e: is_release(e) and e.partition("==")[0] == name)
                     & summary["engine"].map(lambda e: release_key(e) > release_key(str(row["engine"])))]
     for _, candidate in sorted(later.iterrows(), key=lambda item: release_key(str(item[1]["engine"]))):
-        if candidate["status"] != "reachable":
+        if candidate["status"] not in ("reachable", "refused"):
             return str(candidate["engine"])
     return None
 

@@ -9,8 +9,10 @@ for the pooled buffers of topk-aware drafters, EAGLE 5/4/8, at the backend's fir
 Each cell is the first failing committed length (closed form, the step there and one below
 executed), its outcome, and whether a run of that release reaches it (its scheduler's reach,
 ``analysis/reach.py``, or ``ctx - 1 + overshoot`` as a what-if; ``status``: ``reachable``,
-``unreachable``, ``safe``), or why there is nothing to say: the release has no such buffer (``absent``), its code
-gave widths no rule of the model agrees with (``not modelled``), or it was not learned.
+``unreachable``, ``safe``), or why there is nothing to say: the release's own start-up checks refuse
+the deployment (``refused``, with the engine's message: its learned ``startup`` section,
+``engines/startup_learn.py``; no run of it starts), the release has no such buffer (``absent``), its
+code gave widths no rule of the model agrees with (``not modelled``), or it was not learned.
 
 Nothing here is typed in per release: a fix shows up where a release's learned rule changes.
 """
@@ -31,11 +33,14 @@ from workbench.analysis.records import probe_record
 from workbench.analysis.seeds import EXACT_FIT, GLM_DSA, QWQ_NPU
 from workbench.analysis.verdict_numbers import reached
 from workbench.engines.releases import releases
+from workbench.engines.startup_learn import recipe_key, refusal
 from workbench.engines.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 
-STATUSES = ("reachable", "unreachable", "safe", "absent", "not modelled", "not learned")
+STATUSES = ("reachable", "unreachable", "safe", "refused", "absent", "not modelled", "not learned")
+NO_RESULT = ("refused", "absent", "not modelled", "not learned")  # a cell with nothing run: its status is its text
+REFUSED_TEXT = "refused at start-up"
 EAGLE_CHAIN = {"draft_tokens": 6, "spec_steps": 5, "spec_topk": 1, "draft_has_kv": True}
 EAGLE_TREE = {"draft_tokens": 8, "spec_steps": 5, "spec_topk": 4, "draft_has_kv": True}
 
@@ -152,6 +157,9 @@ def cell(release: str, version: EngineVersion | None, reference: Reference,
         gather = fields.get("gather")
         return _allocator_cell(reference, str(gather)) if gather else {"status": _why_not(version, "allocator", "gather")}
     g = _geometry(reference, width_gen)
+    refused = refusal(version.engine, reference.component, recipe_key(g), g.page_size)
+    if refused is not None:  # the release does not start the deployment: nothing a run of it meets
+        return {"status": "refused", "startup_refusal": refused}
     algorithm = "NGRAM" if not g.draft_has_kv else None
     if backends.is_pooled_backend(reference.component):
         entry = fields.get(reference.mode)
@@ -190,7 +198,9 @@ def history(engine: str = "sglang", *, overshoot: int | None = None, only: Seque
 
 
 def _cell_text(row: pd.Series) -> str:
-    if row.status in ("absent", "not modelled", "not learned"):
+    if row.status == "refused":
+        return REFUSED_TEXT
+    if row.status in NO_RESULT:
         return str(row.status)
     if row.status == "safe":
         return "safe"
@@ -200,7 +210,8 @@ def _cell_text(row: pd.Series) -> str:
 
 def format_history(frame: pd.DataFrame) -> str:
     """Per backend and mode, the runs of consecutive releases that meet the same: when an overflow
-    appeared, when a fix landed, which releases to avoid (``reachable``)."""
+    appeared, when a fix landed, which releases to avoid (``reachable``), which refuse the deployment at
+    start-up (the engine's message after the runs)."""
     lines = []
     for (backend, mode), rows in frame.groupby(["backend", "mode"], sort=False):
         runs: list[list[str]] = []
@@ -212,6 +223,10 @@ def format_history(frame: pd.DataFrame) -> str:
                 runs.append([str(row.release), str(row.release), text])
         spans = "; ".join(f"{_short(a)}{'' if a == b else '-' + _short(b)} {text}" for a, b, text in runs)
         lines.append(f"{backend} {mode} ({rows.iloc[0].reference}):\n    {spans}")
+        if "startup_refusal" in rows:
+            for release, message in zip(rows.release, rows.startup_refusal):
+                if isinstance(message, str):
+                    lines.append(f"    {_short(release)} {REFUSED_TEXT}: {message}")
     return "\n".join(lines)
 
 

@@ -150,7 +150,7 @@ def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.Dat
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)
     done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one execution
     for index, r in summary.iterrows():
-        if backends.is_pooled_backend(str(r.backend)):
+        if backends.is_pooled_backend(str(r.backend)) and r.status != "refused":  # a refused setting: nothing to run
             key = content_key(r)
             done[key] = done.get(key) or confirm_boundary(r, device)
             for name, value in done[key].items():

@@ -14,8 +14,8 @@ the release's learned file, section ``startup``:
 each cell ``"accepted"`` or ``"refused: <the engine's message> (<its function>)"``. The probe model
 is the Llama-shaped config of ``launch_learn`` (the refusals it finds are about the recipe, the
 page size, the backend and the GPU, not the model's weights). ``refusal(engine, backend,
-geometry)`` reads it back for the atlas; a release without the section is not filtered, and the
-atlas says so.
+geometry)`` reads it back for the atlas, whose rows for a refused setting say ``refused`` with the
+message; a release without the section has no setting refused.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -69,7 +69,8 @@ def probes() -> Iterator[tuple[str, dict[str, Any], ServingGeometry]]:
 
     seen: set[tuple[str, str, int]] = set()
     pooled = set(_pooled_settings(POOLED_PAGE_SIZES))
-    table = {(backends.backend_of(c.backend).name, c.setting.geometry) for c in configurations()}
+    # every setting, those a release refused when last asked too (asked again, the answer may change)
+    table = {(backends.backend_of(c.backend).name, c.setting.geometry) for c in configurations(with_refused=True)}
     for label, g in sorted(table | pooled, key=lambda item: (item[0], recipe_key(item[1]), item[1].page_size)):
         try:
             launch = backend_entry(label).get("launch", {})
@@ -157,18 +158,21 @@ def refusal(engine: str, backend: str, recipe: str, page_size: int) -> str | Non
     return said[len("refused: "):] if isinstance(said, str) and said.startswith("refused: ") else None
 
 
-def started(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The atlas rows whose setting the row's release starts, and how many it refuses."""
+def row_refusal(row: Mapping[str, Any]) -> str | None:
+    """The engine's start-up refusal of an atlas row's setting (its message), None when its release
+    starts it or was never asked (``refusal``)."""
     from workbench import backends
 
     names = {label: backend.name for backend in backends.table_backends() for label in (backend.name, backend.label)}
-    kept = []
-    for row in rows:
-        backend = names.get(str(row["backend"]), str(row["backend"]))  # a pooled buffer's row names its backend
-        recipe = recipe_word(int(str(row["draft_tokens"])), int(str(row["spec_steps"])), int(str(row["spec_topk"])),
-                             bool(row["draft_has_kv"]))
-        if refusal(str(row["engine"]), backend, recipe, int(str(row["page_size"]))) is None:
-            kept.append(row)
+    backend = names.get(str(row["backend"]), str(row["backend"]))  # a pooled buffer's row names its backend
+    recipe = recipe_word(int(str(row["draft_tokens"])), int(str(row["spec_steps"])), int(str(row["spec_topk"])),
+                         bool(row["draft_has_kv"]))
+    return refusal(str(row["engine"]), backend, recipe, int(str(row["page_size"])))
+
+
+def started(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The atlas rows whose setting the row's release starts, and how many it refuses."""
+    kept = [row for row in rows if row_refusal(row) is None]
     return kept, len(rows) - len(kept)
 
 

@@ -11,7 +11,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench.analysis.findings import SILENT_OUTCOMES
 from workbench.present.claims import Claim, claim
-from workbench.present.words import LOUD, PAST_REACH, SAFE, SILENT
+from workbench.present.words import LOUD, PAST_REACH, REFUSED, SAFE, SILENT
 
 NOT_FAILURES = ["ok", "out-of-memory"]
 
@@ -118,7 +118,8 @@ def share_claims(shares: pd.DataFrame, source: str, fixed_variants: list[str]) -
 
 def atlas_claims(summary: pd.DataFrame, source: str) -> list[Claim]:
     """How many backend, release and mode rows a run breaks (loud, silent), how many fail only past
-    reach and with which margins, and how many are safe."""
+    reach and with which margins, how many are safe, and how many the release refuses at start-up
+    (said only where there are any)."""
     reachable = [["status", "==", "reachable"]]
     past = [["status", "==", "unreachable"]]
     return [
@@ -130,4 +131,6 @@ def atlas_claims(summary: pd.DataFrame, source: str) -> list[Claim]:
         claim("margins past reach from +{0} to +{1} tokens", source, summary, "range", "margin", past, empty=""),
         claim(f"{SAFE} at every committed length the table holds: {{values}} (green)", source, summary, "count", None,
               [["status", "==", "safe"]]),
+        claim(f"{REFUSED}, every setting refused by the release's own checks: {{values}} (slate)", source, summary,
+              "count", None, [["status", "==", "refused"]], empty=""),
     ]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench.analysis.findings import Finding, findings, past_reach, release_under_review, releases_of
-from workbench.present.words import LOUD, PAST_REACH, SAFE, SILENT, css_class
+from workbench.present.words import LOUD, PAST_REACH, REFUSED, SAFE, SILENT, css_class
 
 FINDINGS_COLUMNS = ("backend", "mode", "how", "first failing s", "a run reaches", "worst setting", "fixed in",
                     "safe size costs", "run again")
@@ -118,6 +118,7 @@ def _counts_line(summary: pd.DataFrame, release: str, rows: Sequence[Finding]) -
     silent = len(rows) - loud
     past = past_reach(summary, release)
     safe = int(((summary["engine"] == release) & (summary["status"] == "safe")).sum())
+    refused = int(((summary["engine"] == release) & (summary["status"] == "refused")).sum())
     margins = ""
     if not past.empty:
         margins = f" (margins {int(past['margin'].min()):+,} to {int(past['margin'].max()):+,} tokens)"
@@ -125,7 +126,9 @@ def _counts_line(summary: pd.DataFrame, release: str, rows: Sequence[Finding]) -
             f'<span class="badge {css_class(LOUD)}">{loud} {LOUD}</span> '
             f'<span class="badge {css_class(SILENT)}">{silent} {SILENT}</span>; '
             f'<span class="badge {css_class(PAST_REACH)}">{len(past)} {PAST_REACH}</span>{html.escape(margins)}; '
-            f'<span class="badge {css_class(SAFE)}">{safe} {SAFE}</span>.</p>')
+            f'<span class="badge {css_class(SAFE)}">{safe} {SAFE}</span>'
+            + (f'; <span class="badge {css_class(REFUSED)}" title="the release\'s own start-up checks refuse every '
+               f'setting of these">{refused} {REFUSED}</span>' if refused else "") + ".</p>")
 
 
 def _release_block(summary: pd.DataFrame, release: str, shown: bool) -> str:

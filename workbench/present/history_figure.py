@@ -3,8 +3,9 @@ right, each run of consecutive releases that meet the same drawn as one bar colo
 run of the reference deployment meets, with its first failing committed length written in it.
 
 A fix shows as a change of colour (or of the number) between two releases; the releases to avoid
-are the red bars. Takes ``workbench.analysis.history.history``'s frame; computes nothing but runs
-and labels.
+are the red bars; a slate bar is a release whose own start-up checks refuse the deployment (the
+hover gives the engine's message), distinct from one whose buffer is not modelled. Takes
+``workbench.analysis.history.history``'s frame; computes nothing but runs and labels.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from __future__ import annotations
 import pandas as pd  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
+from workbench.present.atlas_figure import wrap
+from workbench.present.words import COLOURS, REFUSED
+
 STATUS_LABELS = {"reachable": "reachable failure (avoid)", "unreachable": "fails past what a run reaches",
-                 "safe": "safe", "not modelled": "not modelled (no rule agrees, or its code did not run)", "absent": "no such buffer",
+                 "safe": "safe", "refused": f"{REFUSED} (the release's own checks)",
+                 "not modelled": "not modelled (no rule agrees, or its code did not run)", "absent": "no such buffer",
                  "not learned": "not learned"}
-STATUS_COLOURS = {"reachable": "#d62728", "unreachable": "#f2c14e", "safe": "#2ca02c", "not modelled": "#9467bd",
-                  "absent": "#e0e0e0", "not learned": "#ffffff"}
+STATUS_COLOURS = {"reachable": "#d62728", "unreachable": "#f2c14e", "safe": "#2ca02c", "refused": COLOURS[REFUSED],
+                  "not modelled": "#9467bd", "absent": "#e0e0e0", "not learned": "#ffffff"}
 ROW_PX, COLUMN_PX = 26, 22
 TEXT_MIN_RUN = 3  # releases a bar spans before its number is written in it (a narrower one: hover)
 
 
 def _runs(rows: pd.DataFrame) -> list[tuple[int, int, pd.Series]]:
     """(first index, last index, the row) of each run of releases whose cells are the same."""
-    keys = ("status", "outcome", "first_failing")
+    keys = ("status", "outcome", "first_failing", "startup_refusal")
     runs: list[tuple[int, int, pd.Series]] = []
     for i, (_, row) in enumerate(rows.iterrows()):
         same = runs and all(str(runs[-1][2].get(k)) == str(row.get(k)) for k in keys)
@@ -42,6 +47,16 @@ def _label(row: pd.Series) -> str:
     return ""
 
 
+def _detail(row: pd.Series) -> str:
+    """The hover's account of a run of releases: the failure, the outcome, or the engine's refusal."""
+    if row.status == "refused":
+        return f"{REFUSED}: {wrap(str(row.startup_refusal))}"
+    if pd.notna(row.get("first_failing")):
+        return f"{row.outcome} at {int(row.first_failing)}"
+    outcome = row.get("outcome")
+    return str(outcome) if isinstance(outcome, str) else str(row.status)
+
+
 def history_figure(frame: pd.DataFrame) -> go.Figure:
     releases = list(dict.fromkeys(frame.release))
     lines = list(dict.fromkeys(zip(frame.backend, frame["mode"])))
@@ -53,8 +68,7 @@ def history_figure(frame: pd.DataFrame) -> go.Figure:
             status = str(row.status)
             span = f"{releases[first].split('==')[1]}-{releases[last].split('==')[1]}" if last > first else \
                 releases[first].split("==")[1]
-            detail = f"{row.outcome} at {int(row.first_failing)}" if pd.notna(row.get("first_failing")) else \
-                str(row.get("outcome") or status)
+            detail = _detail(row)
             fig.add_trace(go.Bar(
                 x=[last - first + 1], base=[first - 0.5], y=[y], orientation="h", width=0.8,
                 marker={"color": STATUS_COLOURS[status], "line": {"color": "#555", "width": 0.5}},

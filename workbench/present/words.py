@@ -12,6 +12,8 @@ A verdict says what a real run meets, so it needs the reach (how far a run gets;
 * **safe**: no committed length the request table holds fails;
 * **no reachable failure**: nothing fails up to what a run reaches, and lengths past it were not
   searched (the notebooks' sweeps, which stop at the reach);
+* **refused at start-up**: the release's own start-up checks refuse every setting there (its
+  learned ``startup`` section, ``engines/startup_learn.py``): no run starts, so none can fail;
 * **n/a**: no such state (a speculative mode without draft tokens, a graph a backend lacks).
 """
 
@@ -24,17 +26,18 @@ NO_REACHABLE_FAILURE = "no reachable failure"
 PAST_REACH = "fails past reach"
 LOUD = "fails loudly"
 SILENT = "fails silently"
+REFUSED = "refused at start-up"
 NOT_APPLICABLE = "n/a"
 
-# The order of every legend and colour bar: best first.
-WORDS = (SAFE, NO_REACHABLE_FAILURE, PAST_REACH, LOUD, SILENT, NOT_APPLICABLE)
+# The order of every legend and colour bar: best first; the two that are no run last.
+WORDS = (SAFE, NO_REACHABLE_FAILURE, PAST_REACH, LOUD, SILENT, REFUSED, NOT_APPLICABLE)
 COLOURS = {
     SAFE: "#2e7d32", NO_REACHABLE_FAILURE: "#81c784", PAST_REACH: "#64b5f6", LOUD: "#c62828", SILENT: "#ef6c00",
-    NOT_APPLICABLE: "#d9d9d9",
+    REFUSED: "#455a64", NOT_APPLICABLE: "#d9d9d9",
 }
 # Text drawn on a cell of that colour: dark on the light colours, white on the dark ones.
 TEXT_COLOURS = {SAFE: "white", NO_REACHABLE_FAILURE: "black", PAST_REACH: "black", LOUD: "white", SILENT: "black",
-                NOT_APPLICABLE: "black"}
+                REFUSED: "white", NOT_APPLICABLE: "black"}
 
 DESIGNED_OUTCOMES = ("ok", "out-of-memory")  # out of memory is the allocator's designed answer, not a failure
 
@@ -49,15 +52,17 @@ def outcome_word(outcome: str) -> str:
     return NO_REACHABLE_FAILURE if outcome in DESIGNED_OUTCOMES else failure_word(outcome)
 
 
-def status_word(status: str, outcome: str) -> str:
-    """An atlas row's status (``safe``, ``unreachable``, ``reachable``) and outcome as its word."""
+def status_word(status: str, outcome: str | None) -> str:
+    """An atlas row's status (``safe``, ``unreachable``, ``reachable``, ``refused``) and outcome as its word."""
+    if status == "refused":
+        return REFUSED
     if status == "safe":
         return SAFE
     if status == "unreachable":
         return PAST_REACH
     if status == "reachable":
-        return failure_word(outcome)
-    raise ValueError(f"status: {status!r} is not one of safe, unreachable, reachable")
+        return failure_word(str(outcome))
+    raise ValueError(f"status: {status!r} is not one of safe, unreachable, reachable, refused")
 
 
 def css_class(word: str) -> str:
