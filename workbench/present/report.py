@@ -314,13 +314,7 @@ def build_report(
         _fresh(out_path / owned)
     sources = notebook_paths() if notebooks is None else list(notebooks)
     fetch_engines(sources, out)
-    runs = []
-    for source in sources:
-        run = execute_notebook(source, out_path, device, notebook_test_parameters(source) if small else None)
-        state = f"FAILED {run.error}" if run.error else "ok"
-        out.write(f"notebook {run.name}: {state} ({run.seconds:.1f} s)\n")
-        out.flush()
-        runs.append(run)
+    runs = _run_notebooks(sources, out_path, device, small, out)
     figures = figure_files(out_path)
     pngs, png_note = export_pngs(figures, out_path / "png")
     out.write(png_note + "\n" if png_note else f"wrote {len(pngs)} PNGs to {out_path / 'png'}\n")
@@ -329,6 +323,37 @@ def build_report(
     atomic_write_text(page, report_html(cells, runs, figures, out_path, device, png_note, table_files(out_path)))
     out.write(f"wrote {page} ({len(figures)} figures, {len(runs)} notebooks)\n")
     return runs
+
+
+def report_jobs(count: int) -> int:
+    """How many notebooks run at once: ``WORKBENCH_REPORT_JOBS``, else one per CPU core, at most
+    ``count``. Each runs in a kernel process of its own and writes only its own files."""
+    asked = os.environ.get("WORKBENCH_REPORT_JOBS", "")
+    if asked and not (asked.isdigit() and int(asked) > 0):
+        raise ValueError(f"WORKBENCH_REPORT_JOBS: {asked!r} is not a positive whole number")
+    return max(1, min(count, int(asked) if asked else (os.cpu_count() or 1)))
+
+
+def _run_notebooks(sources: Sequence[Path], out_path: Path, device: str, small: bool, out: IO[str]) -> list[NotebookRun]:
+    """Every notebook, ``report_jobs`` at a time, in the order given; a line each as it ends."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    lock = threading.Lock()
+
+    def run_one(source: Path) -> NotebookRun:
+        run = execute_notebook(source, out_path, device, notebook_test_parameters(source) if small else None)
+        state = f"FAILED {run.error}" if run.error else "ok"
+        with lock:
+            out.write(f"notebook {run.name}: {state} ({run.seconds:.1f} s)\n")
+            out.flush()
+        return run
+
+    jobs = report_jobs(len(sources))
+    if jobs > 1:
+        out.write(f"running {len(sources)} notebooks, {jobs} at a time (WORKBENCH_REPORT_JOBS)\n")
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(run_one, sources))
 
 
 def run_report(out_dir: str, device: str, out: IO[str]) -> None:
