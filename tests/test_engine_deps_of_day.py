@@ -1,5 +1,6 @@
-"""A slim release's libraries are those of its day: the newest transformers uploaded on or before
-the day the engine's wheel was built (vLLM 0.9.0 does not import with a later one)."""
+"""A slim release built before transformers' current major series gets the transformers of its day:
+the newest uploaded on or before the day the engine's wheel was built (vLLM 0.9.0 does not import
+with a later 4.x); a release of the current series gets the newest its METADATA allows."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ def test_the_version_is_read_from_the_file_name(package: str, filename: str, ver
 
 
 def _kept_days(root: Path, days: dict[str, str]) -> None:
+    """The index's answers as the cache keeps them: upload days, and transformers 5.0.0's day."""
     folder = root / "engines" / "shared" / "upload-days"
-    folder.mkdir(parents=True)
-    (folder / "transformers.json").write_text(json.dumps(days))
+    folder.mkdir(parents=True, exist_ok=True)
+    if days:
+        (folder / "transformers.json").write_text(json.dumps(days))
+    (folder.parent / "release-days.json").write_text(json.dumps({"transformers": [5, "2026-01-26"]}))
 
 
 def test_the_library_is_capped_at_the_newest_release_of_the_wheels_day(tmp_path: Path,
@@ -43,13 +47,16 @@ def test_the_library_is_capped_at_the_newest_release_of_the_wheels_day(tmp_path:
     assert said and "4.51.3" in said[0] and "2025-05-27" in said[0]
     # A wheel of a later day gets that day's newest, whatever its own bound allows.
     assert wheels._of_their_day(["transformers"], family, "2026-01-20", said.append) == ["transformers<=4.57.6"]
+    # Built after transformers 5.0.0: what its METADATA allows, as pip gives it today.
+    assert wheels._of_their_day(["transformers>=4.56.0"], family, "2026-06-15", said.append) == ["transformers>=4.56.0"]
 
 
-def test_an_index_that_cannot_answer_leaves_the_library_uncapped_and_says_so(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_index_without_upload_days_caps_below_the_major_and_says_so(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _kept_days(tmp_path, {})
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path}/no-index")
     said: list[str] = []
     assert wheels._of_their_day(["transformers>=4.51.1"], wheels.SLIM_FAMILIES["vllm"], "2025-05-27",
-                                said.append) == ["transformers>=4.51.1"]
-    assert said and "not capped" in said[0]
+                                said.append) == ["transformers>=4.51.1,<5"]
+    assert said and "did not say" in said[0]

@@ -113,9 +113,10 @@ def test_the_models_fail_where_the_engines_replay_failed(path: Path) -> None:
                 assert record["outcome"] in ("ok", "silent-overread"), (component, at, record)
 
 
-def test_the_readme_holds_the_table_the_files_give() -> None:
-    """``workbench engines releases sglang --table`` regenerates the README's table of learned
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "vllm-ascend"])
+def test_the_readme_holds_the_table_the_files_give(engine: str) -> None:
+    """``workbench engines releases NAME --table`` regenerates the README's table of learned
     releases; the README must hold it as the files give it."""
     from workbench.engines.learned_table import table
 
-    assert table("sglang") in README
+    assert table(engine) in README

@@ -20,18 +20,19 @@ from workbench.engines.versions import EngineVersion, engine_version
 NEEDS = {
     "allocation_sizing.get_req_to_token_extra_context_len": ("width_gen",),
     "AscendAttnBackend": ("ascend_rule",),
-    "DeepseekSparseAttnBackend.init_cuda_graph_state": ("dsa_rule",),
+    "DeepseekSparseAttnBackend.init_cuda_graph_state": ("dsa_rule", "dsa_rows"),
     "DeepseekSparseAttnBackend.replay[draft-extend]": ("dsa_rule", "dsa_replay", "dsa_draft_extend_rows"),
     "DeepseekSparseAttnBackend.replay": ("dsa_rule", "dsa_replay"),
     "NPUPagedTokenToKVPoolAllocator.alloc_decode": ("npu_gather",),
-    "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail",),
+    "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail", "npu_extend_dtype"),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
 }
 # setting -> (component, field) of the learned section
 WHERE = {"ascend_rule": ("sglang-ascend-block-tables", "rule"), "dsa_rule": ("sglang-dsa-page-table", "rule"),
-         "dsa_replay": ("sglang-dsa-page-table", "replay"),
+         "dsa_replay": ("sglang-dsa-page-table", "replay"), "dsa_rows": ("sglang-dsa-page-table", "rows"),
          "dsa_draft_extend_rows": ("sglang-dsa-page-table", "draft_extend_rows"),
-         "npu_gather": ("allocator", "gather"), "npu_extend_tail": ("allocator", "extend_tail")}
+         "npu_gather": ("allocator", "gather"), "npu_extend_tail": ("allocator", "extend_tail"),
+         "npu_extend_dtype": ("allocator", "extend_dtype")}
 
 
 def _fact_value(version: EngineVersion, setting: str) -> tuple[Any, str | None]:

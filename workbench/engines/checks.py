@@ -220,7 +220,8 @@ def _npu_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str,
     states = (st.extend_state(rng, min_new_pages=200 if j % 4 else 0, short=not j % 4) for j in range(count))
     for state in [st.EXTEND_IN_PAGE, *states]:
         yield (state, partial(ec.engine_alloc_extend, cls, state),
-               partial(mc.model_alloc_extend, state, out_dtype=torch.int32, tail=b["npu_extend_tail"]))
+               partial(mc.model_alloc_extend, state, out_dtype=getattr(torch, b["npu_extend_dtype"]),
+                       tail=b["npu_extend_tail"]))
 
 
 def _cuda_alloc_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, Any], rng: random.Random,

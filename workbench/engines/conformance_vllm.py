@@ -152,6 +152,8 @@ def table_row(session: Session, buffers: dict[str, Any], count: int, seed: int) 
         return _skipped(function, f"no measured table alignment ({fact.get('reason') or fact.get('finding')})")
     rule = ib.ALIGNMENTS[str(fact["value"])]
     points = width_states(random.Random(f"{seed}:{function}"), count)
+    if fact.get("dcp_exists") is False:  # a release without DCP runs at dcp 1 only
+        points = [[length, block, 1] for length, block, _ in points]
     engine = _ask_all(session, "table_width", "points", points)
     return _row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e,
                             rule(cdiv(p[0], p[1] * p[2]), p[1])) for p, e in zip(points, engine)))

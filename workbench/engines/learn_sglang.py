@@ -27,7 +27,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import EXTEND_IN_PAGE, SEED_DECODE, State
 
-LEARNER = "sglang-buffers 9"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 10"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -168,7 +168,7 @@ def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], sa
         if rule is not None:
             backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
     backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say),
-                             "extend_tail": _learn_npu_extend_tail(session, modules, say)}
+                             **_learn_npu_extend(session, modules, say)}
     backends.update(lp.learn_pooled(session, wheel, say))
     conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
@@ -182,6 +182,11 @@ def _learn_dsa(session: Sessions, modules: dict[str, Found | None], backends: di
     if rule is None or modules["dsa"] is None:
         return
     base = {"width_gen": "g3", "dsa_rule": rule}
+    dsa["rows"] = lb.learn_behaviour(session, modules, "DeepseekSparseAttnBackend.init_cuda_graph_state", "rows",
+                                     {r: {**base, "dsa_rows": r} for r in ("max-num-tokens", "max-bs")}, say,
+                                     module_key="dsa")
+    if dsa["rows"]["value"] is not None:
+        base["dsa_rows"] = dsa["rows"]["value"]
     dsa["replay"] = lb.learn_behaviour(session, modules, "DeepseekSparseAttnBackend.replay[target-verify]", "replay",
                                        {r: {**base, "dsa_replay": r, "dsa_draft_extend_rows": "draft-tokens"}
                                         for r in ("dynamic", "static")}, say, module_key="dsa")
@@ -225,16 +230,24 @@ def _learn_npu_gather(session: Sessions, modules: dict[str, Found | None], say: 
     return fact
 
 
-def _learn_npu_extend_tail(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
-    """Whether the NPU allocator's extend writes a request's tail from a fresh page even when the
-    request ends inside its prefix's partial page (``unguarded``) or not (``guarded``)."""
+def _learn_npu_extend(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:
+    """The NPU allocator's extend: whether it writes a request's tail from a fresh page even when
+    the request ends inside its prefix's partial page (``extend_tail``: ``unguarded``) or not
+    (``guarded``), and the dtype of the slots it returns (``extend_dtype``: 0.5.3 to 0.5.3.post2
+    return int64). Both are named by the one candidate pair under which every state agrees."""
     if modules["npu_alloc"] is None:
         searched = " or ".join(lb.MODULE_KEYS["npu_alloc"][1])
-        return lr.absent_fact(f"no class {searched} in the wheel", searched)
-    fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_extend", "extend_tail",
-                              {t: {"npu_extend_tail": t} for t in ("guarded", "unguarded")}, say, module_key="npu_alloc")
+        absent = lr.absent_fact(f"no class {searched} in the wheel", searched)
+        return {"extend_tail": absent, "extend_dtype": dict(absent)}
+    candidates = {f"{tail}/{dtype}": {"npu_extend_tail": tail, "npu_extend_dtype": dtype}
+                  for tail in ("guarded", "unguarded") for dtype in ("int32", "int64")}
+    fact = lb.learn_behaviour(session, modules, "NPUPagedTokenToKVPoolAllocator.alloc_extend", "extend tail/dtype",
+                              candidates, say, module_key="npu_alloc")
     fact["seed"] = EXTEND_IN_PAGE["seed"]
-    return fact
+    tail, dtype = dict(fact), dict(fact)
+    if fact["value"] is not None:
+        tail["value"], dtype["value"] = str(fact["value"]).split("/")
+    return {"extend_tail": tail, "extend_dtype": dtype}
 
 
 def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:

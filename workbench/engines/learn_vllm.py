@@ -47,9 +47,12 @@ REFERENCE_46074 = {"max_model_len": 350000, "block_size": 64, "dcp": 1, "rows": 
 REFERENCE_5563 = {"max_seq_len_to_capture": 8192, "block_size": 16, "lookahead": 7, "seq_len": 8186}
 
 
-def grid(seed: str, count: int) -> list[list[int]]:
+def grid(seed: str, count: int, dcp_exists: bool = True) -> list[list[int]]:
     """(max_model_len, block_size, dcp) points: the block sizes vLLM takes, lengths log-spread
-    up to 1M tokens and at the alignment's edges, widths kept under 40,000 blocks."""
+    up to 1M tokens and at the alignment's edges, widths kept under 40,000 blocks. Without DCP in
+    the release (``dcp_exists`` false) every point has dcp 1: no other is a state it can be in."""
+    if not dcp_exists:
+        return [[length, block, 1] for length, block, _ in grid(seed, count)]
     rng = random.Random(seed)
     points = [[350000, 64, 1], [300000, 64, 1], [350000, 48, 1], [350000, 256, 1], [131073, 16, 4], [1000, 200, 1],
               [4096, 1, 1], [163840, 64, 2]]
@@ -106,11 +109,13 @@ def learn_table(session: Session, located: dict[str, Any], install: wheels.Engin
         if found.get("takes") == "max_num_blocks_per_req":
             return _inline_width(install, found)
         return lr.absent_fact("the release has no v1 block table", found["searched"])
-    points, error = _measured_points(session, "table_width", grid("table", 80))
+    points, error = _measured_points(session, "table_width", grid("table", 80, found.get("dcp", True)))
     if error:
         return lr.measured_fact(None, found["found"], 0, finding=f"the engine's code did not run: {error}")
     fact = with_samples(lr.name_rule(points, _alignment_candidates(), function=found["found"],
                                      keys=("max_model_len", "block_size", "dcp"), found=found["source"]), points)
+    if not found.get("dcp", True):
+        fact["dcp_exists"] = False  # measured at dcp 1 only: conformance's states are too
     say(f"block table: {fact['value'] or fact.get('finding')} ({len(points)} points)")
     return fact
 

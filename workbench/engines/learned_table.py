@@ -14,12 +14,14 @@ from workbench.engines import learned
 from workbench.engines.releases import releases
 
 # column -> (path in the buffers section, short title)
-COLUMNS: tuple[tuple[str, str], ...] = (
+SGLANG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("width_gen", "W gen"),
     ("backends.sglang-ascend-block-tables.rule", "Ascend"),
     ("backends.sglang-dsa-page-table.rule", "DSA"),
     ("backends.sglang-dsa-page-table.replay", "DSA replay"),
+    ("backends.sglang-dsa-page-table.rows", "DSA rows"),
     ("backends.allocator.gather", "NPU gather"),
+    ("backends.allocator.extend_tail", "NPU tail"),
     ("backends.sglang-fa3-page-table.rule", "FA3"),
     ("backends.sglang-xpu-page-table.rule", "XPU"),
     ("backends.sglang-trtllm-mha-page-table.rule", "TRT MHA"),
@@ -35,10 +37,24 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("backends.sglang-aiter-kv-indices.target-verify", "AITER verify"),
     ("conformance.cuda_gather", "CUDA alloc"),
 )
+VLLM_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("backends.vllm-v0-graph-block-tables.graph_width", "V0 graph width"),
+    ("backends.vllm-v0-graph-block-tables.row_write", "V0 row write"),
+    ("backends.vllm-indexer-block-table.table_alignment", "V1 table"),
+    ("backends.vllm-indexer-block-table.buffer_alignment", "indexer buffer"),
+    ("backends.vllm-indexer-block-table.fill", "indexer fill"),
+    ("backends.vllm-indexer-block-table.table_rebuilt_when", "table rebuilt"),
+)
+# each engine's learned files hold their own components: the columns of each engine's table
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "sglang": SGLANG_COLUMNS, "vllm": VLLM_COLUMNS,
+    "vllm-ascend": (("backends.vllm-ascend-block-table.drafter", "drafter's block table"),),
+}
 SHORT = {"context": "ctx", "context-plus-draft": "ctx+D", "req-to-token": "W", "npu-legacy": "legacy",
          "npu-clamped": "clamped", "dynamic": "dyn", "static": "static", "max-bs-topk-ctx": "bs·k·ctx",
          "max-bs-ctx": "bs·ctx", "batch-topk-ctx": "b·k·ctx", "max-tokens-ctx": "tok·ctx", "paged-ctx": "pg·ctx",
-         "paged-ctx-plus-draft": "pg·ctx+D", "cuda-masked": "after", "cuda-checked": "before"}
+         "paged-ctx-plus-draft": "pg·ctx+D", "cuda-masked": "after", "cuda-checked": "before",
+         "max-num-tokens": "tok", "max-bs": "bs", "guarded": "guard", "unguarded": "unguard"}
 
 
 def _fact(section: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
@@ -57,8 +73,10 @@ def cell(fact: Mapping[str, Any] | None) -> str:
     value = fact.get("value")
     if value is None:
         return "?"
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and "rule" in value:
         text = f"{SHORT.get(str(value['rule']), value['rule'])} {value['check']}"
+    elif isinstance(value, Mapping):  # one value per attention backend
+        text = ", ".join(f"{key} {SHORT.get(str(v), v)}" for key, v in value.items())
     else:
         text = SHORT.get(str(value), str(value))
     return text + (" (r)" if fact.get("how") == "read" else "")
@@ -66,13 +84,16 @@ def cell(fact: Mapping[str, Any] | None) -> str:
 
 def table(name: str = "sglang") -> str:
     """The markdown table: one row per listed release with a learned ``buffers`` section."""
-    head = "| release | " + " | ".join(title for _, title in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    if name not in COLUMNS:
+        raise ValueError(f"engine: no table of learned releases for {name!r} (tables: {', '.join(COLUMNS)})")
+    columns = COLUMNS[name]
+    head = "| release | " + " | ".join(title for _, title in columns) + " |"
+    lines = [head, "|" + "---|" * (len(columns) + 1)]
     for engine in releases(name):
         data = learned.load(engine)
         section = (data or {}).get("sections", {}).get("buffers")
         if section is None:
             continue
-        cells = [cell(_fact(section, path)) for path, _ in COLUMNS]
+        cells = [cell(_fact(section, path)) for path, _ in columns]
         lines.append(f"| {engine.split('==', 1)[1]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -86,9 +86,18 @@ def dsa_query_rows(state: State) -> int:
     return state["draft_tokens"] if state["mode"] in ("target-verify", "draft-extend") else 1
 
 
+def dsa_table_rows(state: State, behaviour: Behaviour) -> int:
+    """The rows the DSA page table is captured with: one per query row of the largest batch
+    (``max_num_tokens``), or one per request (``max-bs``: the releases whose table served only
+    sparse prefill and one-token decode, up to 0.5.5)."""
+    if behaviour.get("dsa_rows") == "max-bs":
+        return int(state["max_bs"])
+    return int(state["max_bs"]) * max(1, dsa_query_rows(state))
+
+
 def model_dsa_init(state: State, behaviour: Behaviour) -> Answer:
     def call() -> Answer:
-        rows = state["max_bs"] * max(1, dsa_query_rows(state))
+        rows = dsa_table_rows(state, behaviour)
         t = DsaPageTable.allocate(geometry_of(state), behaviour["dsa_rule"], rows=rows)
         return ok(page_table=list(t.page_table.shape))
     return catching(call)
@@ -98,7 +107,7 @@ def model_dsa_replay(state: State, behaviour: Behaviour, tables: dict[str, torch
     def call() -> Answer:
         g = geometry_of(state)
         bs, per_request = len(state["seq_lens"]), dsa_query_rows(state)
-        t = DsaPageTable.allocate(g, behaviour["dsa_rule"], rows=state["max_bs"] * max(1, per_request))
+        t = DsaPageTable.allocate(g, behaviour["dsa_rule"], rows=dsa_table_rows(state, behaviour))
         # draft-extend's rows per request: the accept length at the seed fixes, D from 0.5.23
         accept = g.draft_tokens if behaviour["dsa_draft_extend_rows"] == "draft-tokens" else state.get("accept_len", 1)
         t.replay(tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"], Mode.parse(state["mode"]),

@@ -223,6 +223,12 @@ def dsa_backend(mod: ModuleType, state: State, req_to_token: torch.Tensor | None
     b._ensure_multi_ctas_kv_counter_capacity = lambda n: None
     for name in ("decode_impl", "prefill_impl", "index_topk", "index_kpool", "topk_backend"):
         setattr(b, f"nsa_{name}", getattr(b, f"dsa_{name}"))  # the same settings before the rename to dsa_*
+    for name in ("decode_impl", "prefill_impl"):
+        # Earlier still they were module globals, declared at import and set by the backend's
+        # __init__ (which the set-up does not run): the same values there.
+        declared = f"NSA_{name.upper()}"
+        if declared in getattr(mod, "__annotations__", {}) and not hasattr(mod, declared):
+            setattr(mod, declared, getattr(b, f"dsa_{name}"))
     return b
 
 

@@ -88,7 +88,10 @@ def locate() -> dict[str, Any]:
     if group is not None:
         parameters = inspect.signature(group.__init__).parameters
         how = "max_model_len" if "max_model_len" in parameters else "max_num_blocks" if "max_num_blocks" in parameters else None
-        found["block_table"] = {"found": f"{BLOCK_TABLE}.MultiGroupBlockTable", "takes": how, "source": _source(group)}
+        # DCP exists where the table asks for its group's size (a release without it cannot be launched with -dcp)
+        dcp = any(name in vars(table) for name in ("get_dcp_group", "get_total_cp_world_size"))
+        found["block_table"] = {"found": f"{BLOCK_TABLE}.MultiGroupBlockTable", "takes": how, "source": _source(group),
+                                "dcp": dcp}
     elif table is not None and hasattr(table, "BlockTable"):
         found["block_table"] = {"found": None, "takes": "max_num_blocks_per_req", "source": _source(table.BlockTable),
                                 "searched": f"{BLOCK_TABLE}: BlockTable takes the width the model runner computes"}
@@ -145,7 +148,8 @@ def block_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
     module = importlib.import_module(BLOCK_TABLE)
     cls = module.MultiGroupBlockTable
     known: dict[str, Any] = {"max_num_reqs": 2, "max_model_len": max_model_len, "max_num_batched_tokens": 8,
-                             "pin_memory": False, "device": torch.device("cpu"), "block_sizes": [block_size],
+                             "pin_memory": False, "device": torch.device("cpu"), "block_size": block_size,
+                             "block_sizes": [block_size],
                              "kernel_block_sizes": [block_size], "num_speculative_tokens": 0,
                              "cp_kv_cache_interleave_size": 1}
     with cp_size(dcp, (BLOCK_TABLE, "vllm.v1.kv_cache_interface")):
@@ -176,7 +180,10 @@ def runner_builder(backend: Any, spec: Any, config: Any, device: Any) -> Any:
         known = {"backend": backend, "layer_names": layers, "kv_cache_spec": spec, "kv_cache_group_id": 0}
         fields = {f.name for f in dataclasses.fields(group_cls)}
         group = group_cls(**{k: v for k, v in known.items() if k in fields})
-        group.create_metadata_builders(config, device)
+        # 0.11.1 to 0.12.x take the kernel's block size too: the runner's is the group's own here
+        takes = inspect.signature(group.create_metadata_builders).parameters
+        extra = {"kernel_block_size": getattr(spec, "block_size", None)} if "kernel_block_size" in takes else {}
+        group.create_metadata_builders(config, device, **extra)
         return group.metadata_builders[0]
     if group_cls is not None and hasattr(group_cls, "create_with_metadata_builders"):
         return group_cls.create_with_metadata_builders(backend, layers, spec, config, device).metadata_builders[0]

@@ -354,19 +354,52 @@ def newest_of_day(package: str, built: str) -> str | None:
     return max(candidates, key=version_key) if candidates else None
 
 
+def _major_release_day(package: str) -> tuple[int, str] | None:
+    """(newest major version of ``package``, the day its ``X.0.0`` wheel was built), asked of the
+    package index once (``pip index versions``, ``pip download --no-deps`` of that one wheel) and
+    kept in ``shared/release-days.json``."""
+    days_file = cache_root() / "shared" / "release-days.json"
+    days: dict[str, list[object]] = json.loads(days_file.read_text()) if days_file.exists() else {}
+    if package in days:
+        major, day = days[package]
+        return int(str(major)), str(day)
+    got = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "index", "versions", package],
+                         capture_output=True, text=True, timeout=300)
+    line = next((x for x in got.stdout.splitlines() if x.startswith("Available versions:")), None)
+    if got.returncode != 0 or line is None:
+        return None
+    major = int(line.split(":", 1)[1].split(",")[0].strip().split(".")[0])
+    with tempfile.TemporaryDirectory() as folder:
+        got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", folder, f"{package}=={major}.0.0")
+        found = sorted(Path(folder).glob("*.whl"))
+        if got.returncode != 0 or not found:
+            return None
+        day = _built(found[0])
+    days[package] = [major, day]
+    days_file.parent.mkdir(parents=True, exist_ok=True)
+    days_file.write_text(json.dumps(days, indent=1, sort_keys=True) + "\n")
+    return major, day
+
+
 def _of_their_day(wanted: list[str], family: SlimFamily, built: str, progress: Progress) -> list[str]:
     """``wanted`` with each of ``family.of_their_day`` capped at the newest release of the wheel's
-    day: a release is run with the library its users had, not one that came later (a later
-    transformers registers config names an older vLLM registers again, and its import fails)."""
+    day, for a wheel built before that library's newest major version: an engine release older
+    than the library's current series runs with the library its users had (a later transformers 4
+    registers config names vLLM 0.9.0 registers again, and its import fails). A release of the
+    current series gets the newest its METADATA allows, as ``pip install`` gives it today."""
     out = []
     for requirement in wanted:
         name = requirement.split("<")[0].split(">")[0].split("=")[0].split("!")[0].split("~")[0]
-        newest = newest_of_day(name, built) if name in family.of_their_day else None
-        if newest is not None:
-            progress(f"  {name}<={newest}: the newest {name} on {built}, the day the wheel was built")
-            requirement = f"{requirement}{',' if requirement != name else ''}<={newest}"
-        elif name in family.of_their_day:
-            progress(f"  {name}: the package index did not say which releases are older than {built}; not capped")
+        major = _major_release_day(name) if name in family.of_their_day else None
+        if major is not None and built < major[1]:
+            newest = newest_of_day(name, built)
+            if newest is not None:
+                progress(f"  {name}<={newest}: the newest {name} on {built}, the day the wheel was built "
+                         f"(before {name} {major[0]}.0.0, {major[1]})")
+                requirement = f"{requirement}{',' if requirement != name else ''}<={newest}"
+            else:
+                progress(f"  {name}<{major[0]}: the package index did not say which releases are older than {built}")
+                requirement = f"{requirement}{',' if requirement != name else ''}<{major[0]}"
         out.append(requirement)
     return out
 
