@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> int:
     job = json.loads(sys.stdin.readline())
-    from workbench.engines import gpus, ray_standin, wheels
+    from workbench.engines import gpus, ray_standin, standins, wheels
     from workbench.engines.launch_adapters import LaunchRequest, adapter
 
     install = wheels.cached(job["engine"])
@@ -38,7 +38,7 @@ def main() -> int:
         ray = sys.modules.get("ray")
         print(json.dumps({"status": resolution.status, "message": resolution.message.splitlines()[0] if resolution.message else "",
                           "rejected_by": resolution.rejected_by, "backend": backend.value if backend else None,
-                          "ray": "stand-in" if isinstance(ray, ray_standin.StandInModule) else type(ray).__name__}), flush=True)
+                          "ray": "stand-in" if isinstance(ray, standins.StandInModule) else type(ray).__name__}), flush=True)
     return 0
 
 
