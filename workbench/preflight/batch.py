@@ -97,28 +97,33 @@ def _older_accepting(text: str, engine: str, argv: Sequence[str], default: str, 
                      **options: Any) -> tuple[tuple[str, str, Answer] | None, tuple[str, ...]]:
     """The newest release older than ``default`` whose own parser accepts the command, why it is
     said to be the newest, and its answer (None when none of the ``tries`` asked accepts it); and
-    what was said of the releases on the way: each one asked, and those passed over (their learned
-    parsers refuse the command, or were never learned)."""
-    asked: list[str] = []
-    passed: dict[str, list[str]] = {REFUSED_LEARNED: [], release_choice.NOT_LEARNED: []}
-
-    def on_the_way() -> tuple[str, ...]:
-        return (*(f"passed over ({why}): {_span(found)}" for why, found in passed.items() if found), *asked)
-
+    what was said of the releases on the way, newest first: each one asked, and the runs passed
+    over (their learned parsers refuse the command, or were never learned)."""
+    said: list[tuple[str, list[str]]] = []  # (what, releases): a run passed over, or ("asked", [its refusal])
+    asked, unlearned = 0, False
     for candidate in release_choice.older_releases(engine, argv, before=default):
         if candidate.refusal is not None:
-            passed[release_choice.NOT_LEARNED if candidate.refusal == release_choice.NOT_LEARNED
-                   else REFUSED_LEARNED].append(candidate.engine)
+            why = release_choice.NOT_LEARNED if candidate.refusal == release_choice.NOT_LEARNED else REFUSED_LEARNED
+            unlearned = unlearned or why == release_choice.NOT_LEARNED
+            if said and said[-1][0] == why:
+                said[-1][1].append(candidate.engine)
+            else:
+                said.append((why, [candidate.engine]))
             continue
-        if len(asked) >= tries:
-            asked.append(f"not asked: {candidate.engine} and older (at most {tries} older releases are asked)")
+        if asked >= tries:
+            said.append(("", [f"not asked: {candidate.engine} and older (at most {tries} older releases are asked)"]))
             break
+        asked += 1
         answer = _answer(text, candidate.engine, **options)
         if not _refused_by_parser(answer[0], answer[1]):
-            why = ACCEPTED_OLDER if not passed[release_choice.NOT_LEARNED] else ACCEPTED_OLDER.replace("release", "learned release")
-            return (candidate.engine, why, answer), on_the_way()
-        asked.append(answer[1])
-    return None, on_the_way()
+            why = ACCEPTED_OLDER.replace("release", "learned release") if unlearned else ACCEPTED_OLDER
+            return (candidate.engine, why, answer), _lines(said)
+        said.append(("", [answer[1]]))
+    return None, _lines(said)
+
+
+def _lines(said: list[tuple[str, list[str]]]) -> tuple[str, ...]:
+    return tuple(f"passed over ({what}): {_span(found)}" if what else found[0] for what, found in said)
 
 
 def _span(engines: list[str]) -> str:
