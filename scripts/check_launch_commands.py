@@ -1,12 +1,14 @@
 """Check every real launch command of a data set and time each check (the preflight's benchmark).
 
     PYTHONPATH=. python scripts/check_launch_commands.py [tests/data/launch_commands.jsonl] [--engine sglang]
-        [--repeat N] [--json OUT.json]
+        [--repeat N] [--tries N] [--json OUT.json]
 
 The model configs are read from the data set's Hugging Face cache (``HF_HUB_CACHE`` defaults to
 ``tests/data/hf_cache/hub``). Each command is checked under the release its source names, else
-the default, else (when that release's parser refuses it) the newest release taking its options
-(``workbench.preflight.batch``). Prints one line per command, the counts by exit status, and the
+the default, else (when that release's parser refuses it) the newest older release whose own
+parser accepts it, asking at most ``--tries`` releases that their learned parsers do not rule out
+(``workbench.preflight.batch``). Prints one line per command (and, under it, what was said of the
+older releases on the way), the counts by exit status, and the
 time of each check: the first of each release includes starting its engine process; ``--repeat N``
 checks every command N more times and reports the median of those (the engine processes warm).
 """
@@ -31,23 +33,28 @@ def main() -> int:
     parser.add_argument("data", nargs="?", default=str(ROOT / "tests" / "data" / "launch_commands.jsonl"))
     parser.add_argument("--engine", help="only the records of this engine (sglang, vllm, vllm-ascend)")
     parser.add_argument("--repeat", type=int, default=0, help="check every command this many more times (warm)")
+    parser.add_argument("--tries", type=int, default=None,
+                        help="older releases asked for real per command the default's parser refuses (default: the batch's)")
     parser.add_argument("--json", help="write the outcomes here")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_CACHE", str(ROOT / "tests" / "data" / "hf_cache" / "hub"))
-    from workbench.preflight.batch import check_all
+    from workbench.preflight.batch import TRIES, check_all
 
     records = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
     if args.engine:
         records = [r for r in records if r.get("engine") == args.engine]
     start = time.perf_counter()
-    outcomes = check_all(records)
+    tries = TRIES if args.tries is None else args.tries
+    outcomes = check_all(records, tries=tries)
     first = time.perf_counter() - start
     warm: list[float] = []
     for _ in range(args.repeat):
-        warm += [o.seconds for o in check_all(records)]
+        warm += [o.seconds for o in check_all(records, tries=tries)]
     for o in outcomes:
         refused = f"  [default: {o.refused_by_default[:100]}]" if o.refused_by_default else ""
         print(f"{o.status}  {o.id[:58]:<58} {o.release:<22} {o.seconds:6.2f}s  {o.verdict[:150]}{refused}")
+        for line in o.older:
+            print(f"{'':<64}older: {line[:160]}")
     counts = Counter(o.status for o in outcomes)
     answered = sum(counts[s] for s in (0, 1, 3))
     print(f"\n{len(outcomes)} commands: {answered} answered ({100 * answered / max(len(outcomes), 1):.0f}%: "

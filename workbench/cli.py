@@ -166,6 +166,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
     what.add_parser("running", help="list the engine processes")
     for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
+                         ("learn-parser", "record releases' parsers alone, their options' choices included, where a "
+                                          "parser section lacks them (resumable)"),
                          ("learn-startup", "ask releases' start-up checks which atlas settings they start (section startup)"),
                          ("launch-table", "print the README's table of releases from those records")):
         made = what.add_parser(action, help=text)
@@ -174,7 +176,7 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
 
 
 def _engines(args: argparse.Namespace, out: IO[str]) -> int:
-    if args.engines_command in ("stop", "running", "learn-launch", "learn-startup", "launch-table"):
+    if args.engines_command in ("stop", "running", "learn-launch", "learn-parser", "learn-startup", "launch-table"):
         return _engine_processes(args.engines_command, getattr(args, "engine", None), out)
     if args.engines_command == "fetch":
         return _fetch(args.engine, out)
@@ -495,7 +497,7 @@ def _fetch(asked: list[str], out: IO[str]) -> int:
 
 
 def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
-    from workbench.engines import launch_learn, launch_service, releases
+    from workbench.engines import launch_learn, launch_service, learned, releases
 
     if action == "stop":
         stopped = launch_service.stop_all()
@@ -509,6 +511,12 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
     engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
     if action == "launch-table":
         out.write(launch_learn.table(engines) + "\n")
+        return 0
+    if action == "learn-parser":
+        done = launch_learn.learn_parsers(engines)
+        out.write(f"learned {len(done)} parser section{'s' if len(done) != 1 else ''}; "
+                  f"{sum(1 for e in engines if 'choices' in (learned.section(e, 'parser') or {}))} of {len(engines)} "
+                  "releases hold their options' choices\n")
         return 0
     for number, engine in enumerate(engines, 1):
         if action == "learn-startup":

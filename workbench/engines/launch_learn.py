@@ -6,7 +6,8 @@ the workbench's own, given as ``--model-config``): plain, EAGLE with topk above 
 findings go into the release's learned file (``learned.write_section``), two sections:
 
 * ``parser``: the number of options, the option strings, the aliases (several strings for one
-  setting), whether abbreviations are taken: each a ``measured`` fact of ``add_cli_args``;
+  setting), whether abbreviations are taken, the values of each option with fixed choices: each
+  a ``measured`` fact of ``add_cli_args``;
 * ``launch``: whether the parser and the resolution load, the resolution functions that ran, and
   per probe what the release resolved (status, attention backend, page size, graph batch limit,
   speculative shape), or why it could not.
@@ -36,6 +37,7 @@ PROBES = {  # {model}: a local directory holding PROBE_MODEL's config.json (the 
                     "--speculative-num-draft-tokens", "8"],
     "ngram": ["--model-path", "{model}", "--speculative-algorithm", "NGRAM"],
 }
+PARSER_FACTS = ("options", "aliases", "abbreviations", "option_strings", "choices")  # describe_parser's facts
 SHOWN = ("attention_backend", "page_size", "cuda_graph_max_bs", "speculative_num_steps", "speculative_eagle_topk",
          "speculative_num_draft_tokens", "disable_overlap_schedule")
 
@@ -78,9 +80,7 @@ def learn(engine: str, *, gpu_name: str = "h100", write: bool = True, progress: 
     shutil.rmtree(folder.parent, ignore_errors=True)
     parser = report.get("parser") or {}
     function = "ServerArgs.add_cli_args on argparse.ArgumentParser"
-    parser_section = ({"options": _measured(parser["options"], function), "aliases": _measured(parser["aliases"], function),
-                       "abbreviations": _measured(parser["abbreviations"], function),
-                       "option_strings": _measured(parser["option_strings"], function)} if parser else
+    parser_section = ({name: _measured(parser[name], function) for name in PARSER_FACTS} if parser else
                       {"options": {"value": None, "how": "absent", "reason": loaded["parser"]}})
     launch_section = {
         "parser": _measured(loaded["parser"], "prepare_server_args"),
@@ -144,5 +144,54 @@ def learn_all(name: str, *, progress: IO[str] | None | Stderr = STDERR) -> list[
             learn(engine, progress=progress)
         except (wheels.FetchError, launch_service.EngineUnavailable) as err:
             learned.write_section(engine, "launch", {"parser": {"value": None, "how": "absent", "reason": str(err)}})
+        done.append(engine)
+    return done
+
+
+def learn_parser(engine: str, *, gpu_name: str = "h100", progress: IO[str] | None | Stderr = STDERR) -> dict[str, Any]:
+    """Learn ``engine``'s ``parser`` section alone from a fresh engine process (one started by an
+    older workbench would describe its parser as that workbench did). Facts already in the section
+    stay, each with the function it names; the choices are (re)written. Returns the section."""
+    install = wheels.fetch(engine)
+    launch_service.stop(install.engine, gpu_name)
+    try:
+        report = launch_service.report(install, to_json(gpus.gpu(gpu_name)), owner=True, progress=progress)
+    finally:
+        launch_service.stop(install.engine, gpu_name)
+    facts = report.get("parser") or {}
+    section = dict(learned.section(engine, "parser") or {})
+    if not facts:
+        if "option_strings" not in section:
+            section["options"] = {"value": None, "how": "absent", "reason": report["load"]["parser"]}
+            learned.write_section(engine, "parser", section)
+        return section
+    if "choices" not in facts:  # an engine process that describes its parser without them
+        raise launch_service.EngineUnavailable(f"{engine}: its engine process does not report the parser's choices")
+    known = section.get("option_strings")
+    function = str(known["function"]) if isinstance(known, dict) and known.get("function") else \
+        "the release's parser as its entry point builds it (the launch adapter's describe_parser)"
+    for name in PARSER_FACTS:
+        if name == "choices" or not isinstance(section.get(name), dict) or section[name].get("value") is None:
+            section[name] = _measured(facts[name], function)
+    learned.write_section(engine, "parser", section)
+    return section
+
+
+def learn_parsers(engines: list[str], *, progress: IO[str] | None | Stderr = STDERR) -> list[str]:
+    """``learn_parser`` for each of ``engines`` whose parser section has no choices yet (resumable:
+    an interrupted run redoes only what it had not written); the releases done."""
+    stream = progress_stream(progress)
+    done = []
+    for number, engine in enumerate(engines, 1):
+        if "choices" in (learned.section(engine, "parser") or {}):
+            continue
+        if stream is not None:
+            stream.write(f"workbench: [{number}/{len(engines)}] learning {engine}'s parser (options and choices)\n")
+        try:
+            learn_parser(engine, progress=progress)
+        except (wheels.FetchError, launch_service.EngineUnavailable) as err:
+            if stream is not None:
+                stream.write(f"workbench: {engine}: not learned: {err}\n")
+            continue
         done.append(engine)
     return done

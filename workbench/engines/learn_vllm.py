@@ -260,7 +260,7 @@ def _parser_sections(session: Session, say: Progress) -> tuple[dict[str, Any], d
     parser: dict[str, Any] = {"learner": LEARNER}
     if load["parser"] == "loaded":
         parser.update({name: lr.measured_fact(facts[name], function, 1)
-                       for name in ("options", "aliases", "abbreviations", "option_strings")})
+                       for name in ("options", "aliases", "abbreviations", "option_strings", "choices") if name in facts})
     else:
         parser["options"] = lr.measured_fact(None, "the release's console script (entry_points.txt)", 1,
                                              finding=load["parser"])

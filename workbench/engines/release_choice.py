@@ -113,10 +113,21 @@ def launch_version(choice: Choice) -> LaunchVersion:
                          pseudo=None, defaults=facts.defaults if facts else {}, reach=facts.reach if facts else {})
 
 
-@functools.lru_cache(maxsize=64)
-def _option_parser(engine: str) -> argparse.ArgumentParser | None:
-    """A parser holding the option strings the release's learned ``parser`` section lists (each its
-    own destination): argparse's own matching of a command's options against that release's."""
+NOT_LEARNED = "its parser was never learned"
+
+
+@dataclass(frozen=True)
+class _LearnedParser:
+    """A release's parser as its learned ``parser`` section describes it: an argparse parser holding
+    its option strings (each its own destination), for argparse's own matching of a command's
+    options (abbreviations included), and the values each option with fixed choices takes."""
+
+    parser: argparse.ArgumentParser
+    choices: dict[str, frozenset[str]]
+
+
+@functools.lru_cache(maxsize=128)
+def _learned_parser(engine: str) -> _LearnedParser | None:
     section = learned.section(engine, "parser") or {}
     options = (section.get("option_strings") or {}).get("value")
     if not options:
@@ -124,28 +135,42 @@ def _option_parser(engine: str) -> argparse.ArgumentParser | None:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=bool((section.get("abbreviations") or {}).get("value", True)))
     for number, option in enumerate(options):
         parser.add_argument(option, dest=f"option_{number}", nargs="*")
-    return parser
+    choices = (section.get("choices") or {}).get("value") or {}
+    return _LearnedParser(parser, {option: frozenset(values) for option, values in choices.items()})
 
 
-def knows_options(engine: str, words: Sequence[str]) -> bool | None:
-    """Whether every option in ``words`` is one the release's parser takes (exactly, or as an
-    abbreviation argparse accepts); None when the release's parser was never learned."""
-    parser = _option_parser(engine)
-    if parser is None:
-        return None
+def refusal(engine: str, words: Sequence[str]) -> str | None:
+    """Why the release's learned parser would refuse ``words``: an option it does not have (or an
+    ambiguous abbreviation), or a value that is not one of an option's choices; ``NOT_LEARNED`` when
+    its parser was never learned; None when it takes every option and value of ``words``.
+
+    A value is checked only against choices the learned file holds (options whose words argparse
+    compares as written); a release learned before the choices were is checked by option names alone."""
+    learned_parser = _learned_parser(engine)
+    if learned_parser is None:
+        return NOT_LEARNED
     with contextlib.redirect_stderr(io.StringIO()):
-        for word in words:
+        for position, word in enumerate(words):
             if not word.startswith("-") or word == "--":
                 continue
             try:
-                found: Any = parser._parse_optional(word)
-            except SystemExit:  # ambiguous
-                return False
-            if isinstance(found, list):
+                found: Any = learned_parser.parser._parse_optional(word)
+            except SystemExit:
+                return f"{word.split('=', 1)[0]} is an ambiguous abbreviation of its options"
+            if isinstance(found, list):  # Python 3.12.7+: a list of candidate tuples
                 found = found[0] if len(found) == 1 else None
-            if (not found or found[0] is None) and not _looks_negative(word):
-                return False
-    return True
+            if not found or found[0] is None:
+                if _looks_negative(word):
+                    continue
+                return f"{word.split('=', 1)[0]} is not one of its options"
+            option, explicit = found[1], found[-1]  # (action, option, [sep,] explicit value)
+            allowed = learned_parser.choices.get(option)
+            value = explicit if explicit is not None else (words[position + 1] if position + 1 < len(words) else None)
+            if value is not None and explicit is None and value.startswith("-"):
+                value = None  # no value follows: argparse's own error, or an optional value left out
+            if allowed is not None and value is not None and value not in allowed:
+                return f"{value!r} is not one of the choices of {option}"
+    return None
 
 
 def _looks_negative(word: str) -> bool:
@@ -156,10 +181,22 @@ def _looks_negative(word: str) -> bool:
     return True
 
 
-def newest_knowing(name: str, words: Sequence[str], before: str | None = None) -> str | None:
-    """The newest listed release (older than ``before``, when given) whose learned parser takes
-    every option of ``words``."""
+@dataclass(frozen=True)
+class OlderRelease:
+    engine: str
+    refusal: str | None  # why its learned parser refuses the command (NOT_LEARNED: never learned); None: it takes it
+
+
+def older_releases(name: str, words: Sequence[str], before: str) -> list[OlderRelease]:
+    """Every listed release of engine ``name`` older than ``before``, newest first, each with what
+    its learned parser makes of ``words``: the releases whose own parser may accept the command are
+    those with no refusal (to be confirmed by that parser), and those never learned."""
     listed = list(releases.releases(name))
-    if before is not None and before in listed:
-        listed = listed[:listed.index(before)]
-    return next((engine for engine in reversed(listed) if knows_options(engine, words)), None)
+    older = listed[:listed.index(before)] if before in listed else listed
+    return [OlderRelease(engine, refusal(engine, words)) for engine in reversed(older)]
+
+
+def newest_taking(name: str, words: Sequence[str], before: str) -> str | None:
+    """The newest release older than ``before`` whose learned parser takes every option and value
+    of ``words`` (a hint: only that release's own parser can say it accepts the command)."""
+    return next((r.engine for r in older_releases(name, words, before) if r.refusal is None), None)

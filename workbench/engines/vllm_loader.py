@@ -18,6 +18,8 @@ this process so that the release's own files run:
   ``platform_standins`` (``torch.cuda``); vLLM's own detection then picks its CUDA platform;
 * the compiled kernels: an op of a kernel library's namespace (``torch.ops._C.*``) that is not
   registered is a stand-in, and registering a fake (meta) implementation for it is skipped;
+* Ray: importable and not initialized, as in a server that has just started in vLLM's image,
+  whether or not this environment has Ray (``ray_standin``);
 * the host is a GPU node: its memory is ``HOST_MEMORY`` (the workbench's assumption);
 * a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
   value from one raises);
@@ -287,7 +289,7 @@ def register_package(package_dir: Path) -> types.ModuleType:
 def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path] = ()) -> Path:
     """Arrange this process to run the vLLM release unpacked at ``package_dir`` (see the module);
     returns the folder of the stand-in device tools (``platform_standins``)."""
-    from workbench.engines import platform_standins
+    from workbench.engines import platform_standins, ray_standin
 
     tools = platform_standins.install(gpu)
     _cuda_counts(gpu)
@@ -298,6 +300,7 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     register_package(package_dir)
     sys.meta_path.insert(0, _Finder(package_dir, gpu, last=False))
     sys.meta_path.append(_Finder(package_dir, gpu, last=True))
+    ray_standin.install()
     _kernel_ops()
     _gpu_tensors_on_meta()
     _host_memory()

@@ -234,8 +234,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
         if resolution.rejected_by == "parser" and engine is None:
-            older = release_choice.newest_knowing(parsed.engine, parsed.argv, before=choice.release)
-            hint = f" ({older} takes every option of it: workbench check --engine {older})" if older else ""
+            older = release_choice.newest_taking(parsed.engine, parsed.argv, before=choice.release)
+            hint = (f" (the newest older release whose learned parser takes its options and their values: {older}; "
+                    f"workbench check --engine {older})") if older else ""
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"

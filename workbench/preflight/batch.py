@@ -2,15 +2,20 @@
 
 Each record holds a ``command`` (as published) and may name the ``release`` its source was written
 for. A command is checked under that release when it is a listed one, else under the default
-(``release_choice``). When the release's parser refuses it and no release was named, it is checked
-again under the newest release whose learned parser takes every option of it (the refusal is kept
-in the result): a published command is usually written for the release of its day.
+(``release_choice``). When no release was named and the default's parser refuses the command, the
+older releases are walked newest first: one whose learned parser refuses it (an option it does not
+have, a value outside an option's choices: ``release_choice.refusal``) is passed over, and one
+whose learned parser takes it is asked for real, up to ``tries`` of them; the first whose own
+parser accepts the command answers, and the outcome keeps the default's refusal and the refusals
+on the way (a published command is usually written for the release of its day). Releases never
+learned are passed over and counted in the outcome, so "the newest release whose own parser
+accepts it" is said of the learned ones. When none accepts, the default's refusal stands.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,18 +23,22 @@ from workbench.engines import release_choice, releases
 from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check
 from workbench.preflight.command import parse_command
 
+TRIES = 3  # older releases asked for real per refused command (each may start an engine process: 7-60 s)
+ACCEPTED_OLDER = "newest release whose own parser accepts it"
+
 
 @dataclass(frozen=True)
 class Outcome:
     id: str
     engine: str  # the engine the command launches ("" when none was found)
     release: str  # the release that answered ("" when none)
-    why: str  # "named by the source", "default", "newest release taking its options"
+    why: str  # "named by the source", "default", ACCEPTED_OLDER (or its "learned release" form)
     status: int  # 0, 1, 2 or 3
     verdict: str  # the verdict, or the refusal / bad input message
     refused_by_default: str  # the default release's refusal, when another release answered
     seconds: float
     unmodelled_flags: tuple[str, ...] = ()  # flags of the command the resolution does not list (should be none)
+    older: tuple[str, ...] = ()  # the older releases asked for real and what their parsers said; the ones passed over
 
 
 def _listed(engine: str, release: str | None) -> str | None:
@@ -54,7 +63,11 @@ def _flags_missing(result: CheckResult | None) -> tuple[str, ...]:
     return tuple(f.spelled for f in result.deployment.flags if f.dest not in settings)
 
 
-def check_one(record: Mapping[str, Any], **options: Any) -> Outcome:
+def _refused_by_parser(status: int, verdict: str) -> bool:
+    return status == BAD_INPUT and "refuses the command (its parser)" in verdict
+
+
+def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) -> Outcome:
     start = time.perf_counter()
     text = str(record["command"])
     try:
@@ -64,18 +77,59 @@ def check_one(record: Mapping[str, Any], **options: Any) -> Outcome:
     named = _listed(parsed.engine, record.get("release"))
     status, verdict, result = _answer(text, named, **options)
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
-    if status == BAD_INPUT and named is None and "refuses the command (its parser)" in verdict:
+    older: tuple[str, ...] = ()
+    if named is None and _refused_by_parser(status, verdict):
         default = release_choice.choose(parsed.engine, None).release
-        older = release_choice.newest_knowing(parsed.engine, parsed.argv, before=default)
-        if older is not None:
-            refused = verdict
-            status, verdict, result = _answer(text, older, **options)
-            release, why = older, "newest release taking its options"
+        found, older = _older_accepting(text, parsed.engine, parsed.argv, default, tries, **options)
+        if found is not None:
+            refused, (release, why, (status, verdict, result)) = verdict, found
     if status == BAD_INPUT and not release:
         release = verdict.split(" refuses", 1)[0] if " refuses the command" in verdict else ""
     return Outcome(str(record["id"]), parsed.engine, release, why, status, verdict, refused, time.perf_counter() - start,
-                   _flags_missing(result))
+                   _flags_missing(result), older)
 
 
-def check_all(records: Iterable[Mapping[str, Any]], **options: Any) -> list[Outcome]:
-    return [check_one(record, **options) for record in records]
+Answer = tuple[int, str, CheckResult | None]
+REFUSED_LEARNED = "refused by its learned parser"
+
+
+def _older_accepting(text: str, engine: str, argv: Sequence[str], default: str, tries: int,
+                     **options: Any) -> tuple[tuple[str, str, Answer] | None, tuple[str, ...]]:
+    """The newest release older than ``default`` whose own parser accepts the command, why it is
+    said to be the newest, and its answer (None when none of the ``tries`` asked accepts it); and
+    what was said of the releases on the way, newest first: each one asked, and the runs passed
+    over (their learned parsers refuse the command, or were never learned)."""
+    said: list[tuple[str, list[str]]] = []  # (what, releases): a run passed over, or ("asked", [its refusal])
+    asked, unlearned = 0, False
+    for candidate in release_choice.older_releases(engine, argv, before=default):
+        if candidate.refusal is not None:
+            why = release_choice.NOT_LEARNED if candidate.refusal == release_choice.NOT_LEARNED else REFUSED_LEARNED
+            unlearned = unlearned or why == release_choice.NOT_LEARNED
+            if said and said[-1][0] == why:
+                said[-1][1].append(candidate.engine)
+            else:
+                said.append((why, [candidate.engine]))
+            continue
+        if asked >= tries:
+            said.append(("", [f"not asked: {candidate.engine} and older (at most {tries} older releases are asked)"]))
+            break
+        asked += 1
+        answer = _answer(text, candidate.engine, **options)
+        if not _refused_by_parser(answer[0], answer[1]):
+            why = ACCEPTED_OLDER.replace("release", "learned release") if unlearned else ACCEPTED_OLDER
+            return (candidate.engine, why, answer), _lines(said)
+        said.append(("", [answer[1]]))
+    return None, _lines(said)
+
+
+def _lines(said: list[tuple[str, list[str]]]) -> tuple[str, ...]:
+    return tuple(f"passed over ({what}): {_span(found)}" if what else found[0] for what, found in said)
+
+
+def _span(engines: list[str]) -> str:
+    """``sglang==0.5.22 to sglang==0.5.11 (12 releases)``, or the one release."""
+    return engines[0] if len(engines) == 1 else f"{engines[0]} to {engines[-1]} ({len(engines)} releases)"
+
+
+def check_all(records: Iterable[Mapping[str, Any]], *, tries: int = TRIES, **options: Any) -> list[Outcome]:
+    return [check_one(record, tries=tries, **options) for record in records]

@@ -69,14 +69,30 @@ def flag_uses(parser: argparse.ArgumentParser, argv: Sequence[str], values: dict
 
 
 def describe(parser: argparse.ArgumentParser) -> dict[str, JSONValue]:
-    """The parser's facts for the learned file: its options and the aliases among them."""
+    """The parser's facts for the learned file: its options, the aliases among them, and the
+    values each option with a fixed set of choices takes."""
     actions = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     by_dest: dict[str, list[str]] = {}
     for action in actions:
         by_dest.setdefault(action.dest, []).extend(action.option_strings)
     aliases = {dest: sorted(names) for dest, names in by_dest.items() if len(names) > 1}
+    choices = {option: values for action in actions if (values := choices_as_written(action)) is not None
+               for option in action.option_strings}
     return {"options": len(actions), "option_strings": sorted(s for a in actions for s in a.option_strings),
-            "aliases": aliases, "abbreviations": bool(parser.allow_abbrev)}
+            "aliases": aliases, "abbreviations": bool(parser.allow_abbrev), "choices": dict(sorted(choices.items()))}
+
+
+def choices_as_written(action: argparse.Action) -> list[str] | None:
+    """The values ``action`` takes, as a command writes them, when argparse compares the word
+    itself with its choices (one value, no conversion or ``type=str``, every choice a string);
+    None otherwise (no choices, or a conversion the learned file could not redo)."""
+    if action.choices is None or action.nargs not in (None, "?") or action.type not in (None, str):
+        return None
+    try:
+        values = list(action.choices)
+    except TypeError:  # a container argparse can test but not list
+        return None
+    return values if all(isinstance(v, str) for v in values) else None
 
 
 # ---- values -----------------------------------------------------------------------------------------

@@ -1,0 +1,159 @@
+"""The choice of an older release for a command the default release's parser refuses.
+
+The learned parser of a release (its ``parser`` section: option strings, and each option's choices
+where argparse compares the word itself) passes over the releases that would refuse a command; the
+first one it does not rule out is asked for real. The unit cases build a learned section from a real
+``argparse`` parser and compare with what that parser does; the engine case checks that the release
+the batch settles on for an invalid choice is the one the engine's own parsers, walked newest first
+without the workbench's adapter (``engine_oracle.py``), say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.engines import gpus, learned, release_choice, releases, wheels
+from workbench.engines.launch_adapters import to_json
+from workbench.engines.launch_adapters.common import describe
+
+DATA = Path(__file__).parent / "data"
+ORACLE = Path(__file__).parent / "engine_oracle.py"
+
+
+def _engine_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--attention-backend", choices=["fa3", "flashinfer", "triton"])
+    parser.add_argument("--speculative-algorithm", type=str.upper, choices=["EAGLE", "NGRAM"])  # compared converted
+    parser.add_argument("--tp-size", "--tp", type=int)
+    parser.add_argument("--log-level", nargs="?", const="info", choices=["info", "debug"])
+    parser.add_argument("--cuda-graph-max-bs-decode", type=int)
+    parser.add_argument("--cuda-graph-max-bs-prefill", type=int)
+    return parser
+
+
+@pytest.fixture()
+def learned_from_argparse(monkeypatch: pytest.MonkeyPatch) -> Iterator[argparse.ArgumentParser]:
+    """A release ``sglang==0.5.22`` whose learned parser section is ``_engine_parser()`` described."""
+    parser = _engine_parser()
+    facts = describe(parser)
+    section = {name: {"value": value, "how": "measured", "function": "test", "states": 1} for name, value in facts.items()}
+    real_section = learned.section
+    monkeypatch.setattr(learned, "section", lambda engine, name: section if (engine, name) == ("sglang==0.5.22", "parser")
+                        else real_section(engine, name))
+    release_choice._learned_parser.cache_clear()
+    yield parser
+    release_choice._learned_parser.cache_clear()
+
+
+def _argparse_refuses(parser: argparse.ArgumentParser, words: list[str]) -> bool:
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(SystemExit):
+        parser.parse_args(words)
+        return False
+    return True
+
+
+CASES = [
+    ["--attention-backend", "fa3"],
+    ["--attention-backend", "cutlass_mla"],  # not one of the choices
+    ["--attention-backend=cutlass_mla"],
+    ["--attention-backend=triton", "--tp", "8"],
+    ["--attention-back", "flashinfer"],  # an abbreviation argparse takes
+    ["--attention-back", "wave"],
+    ["--speculative-algorithm", "eagle"],  # upper-cased before the choices are compared: not checked by value
+    ["--log-level", "--tp", "2"],  # an optional value left out
+    ["--log-level", "debug"],
+    ["--log-level", "trace"],
+    ["--enable-flashinfer-moe"],  # not an option
+    ["--cuda-graph-max-bs", "16"],  # ambiguous
+]
+
+
+@pytest.mark.parametrize("words", CASES, ids=[" ".join(c) for c in CASES])
+def test_the_learned_parser_refuses_what_argparse_refuses(learned_from_argparse: argparse.ArgumentParser,
+                                                          words: list[str]) -> None:
+    said = release_choice.refusal("sglang==0.5.22", words)
+    assert (said is not None) == _argparse_refuses(learned_from_argparse, words), said
+
+
+def test_choices_are_learned_only_where_argparse_compares_the_word_itself() -> None:
+    choices = describe(_engine_parser())["choices"]
+    assert choices == {"--attention-backend": ["fa3", "flashinfer", "triton"], "--log-level": ["info", "debug"]}
+
+
+def test_a_release_never_learned_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(learned, "section", lambda engine, name: None)
+    release_choice._learned_parser.cache_clear()
+    try:
+        assert release_choice.refusal("sglang==0.5.22", ["--tp", "8"]) == release_choice.NOT_LEARNED
+    finally:
+        release_choice._learned_parser.cache_clear()
+
+
+# ---- the engine's own parsers ---------------------------------------------------------------------
+
+
+def _oracle_parser_error(engine: str, argv: list[str]) -> str | None:
+    """The parser error of ``engine``'s own parser for ``argv`` (``engine_oracle.py``), or None."""
+    install = wheels.cached(engine)
+    assert install is not None
+    job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
+           "gpu": to_json(gpus.gpu("h100")), "hf_cache": str(DATA / "hf_cache" / "hub"),
+           "cases": [{"argv": argv, "env": {}, "names": []}]}
+    done = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(job), capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    error = answer.get("parser_error")
+    return str(error) if error else None
+
+
+def _dropped_choice() -> tuple[str, str, list[str]] | None:
+    """An option both of the two newest SGLang releases have, with a value the newest two refuse
+    and an older release's learned parser takes (from the learned files): (option, value, the
+    releases from the newest down to that older one)."""
+    listed = releases.releases("sglang")
+    newest, previous = listed[-1], listed[-2]
+    newest_choices = ((learned.section(newest, "parser") or {}).get("choices") or {}).get("value") or {}
+    previous_choices = ((learned.section(previous, "parser") or {}).get("choices") or {}).get("value") or {}
+    for engine in reversed(listed[:-2]):
+        older = ((learned.section(engine, "parser") or {}).get("choices") or {}).get("value") or {}
+        for option, values in sorted(older.items()):
+            if option in newest_choices and option in previous_choices:
+                gone = [v for v in values if v not in newest_choices[option] and v not in previous_choices[option]]
+                if gone:
+                    return option, gone[0], [e for e in reversed(listed) if releases.version_key(releases.split(e)[1])
+                                             >= releases.version_key(releases.split(engine)[1])]
+    return None
+
+
+@pytest.mark.engine
+def test_an_invalid_choice_is_answered_by_the_newest_release_whose_own_parser_accepts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.preflight.batch import ACCEPTED_OLDER, check_one
+
+    found = _dropped_choice()
+    if found is None:
+        pytest.skip("no SGLang option value that the two newest releases dropped (learned parser sections)")
+    option, value, walk = found
+    missing = [e for e in walk if wheels.cached(e) is None]
+    if missing:
+        pytest.skip(f"not in the workbench's engine cache: {', '.join(missing)} (workbench engines fetch ...)")
+    argv = ["--model-path", "Qwen/Qwen3-32B", option, value]
+    monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf_cache" / "hub"))
+    outcome = check_one({"id": "dropped-choice", "command": "python -m sglang.launch_server " + " ".join(argv)})
+    assert "refuses the command (its parser)" in outcome.refused_by_default, outcome
+    # The engine's own parsers, newest first, without the workbench's adapter or learned files
+    accepting = next((engine for engine in walk if _oracle_parser_error(engine, argv) is None), None)
+    assert accepting is not None, walk
+    assert (outcome.release, outcome.why) == (accepting, ACCEPTED_OLDER), outcome
+    assert "refuses the command (its parser)" not in outcome.verdict, outcome
