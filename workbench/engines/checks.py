@@ -154,8 +154,11 @@ def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
                   count: int) -> Iterator[Pair]:
     branch = function.split("[")[-1].rstrip("]") if "[" in function else "init"
     width, page = _ascend_width(b), (lambda s: s["page_size"])
+    # a release whose backend keeps no sliding-window table (0.5.9) reads the full one for every
+    # layer: a hybrid-SWA model is, to it, a model without one
+    swa_table = "block_tables_swa" in inspect.getsource(m["ascend"].AscendAttnBackend)
     for i, state in enumerate(_table_states(rng, count, ASCEND_SEEDS, st.MODES, width, page)):
-        state = {**state, "branch": branch}
+        state = {**state, "branch": branch, **({} if swa_table else {"hybrid_swa": False})}
         if branch == "init":
             yield state, partial(ec.engine_ascend_init, m["ascend"], state), partial(mc.model_ascend_init, state, b)
             continue

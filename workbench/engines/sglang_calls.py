@@ -481,6 +481,20 @@ def engine_trtllm_mha_eager(builder: ModuleType, state: State, tables: dict[str,
     return catching(call)
 
 
+def _flashmla_grid(kv: ModuleType, bs: int, pages: int, page_size: int) -> tuple[int, ...]:
+    """The grid the release's backend launches the FlashMLA index builder on: a program per
+    request and block of pages, the blocks counted from the row (``get_num_kv_index_blocks_flashmla``).
+    A release without that helper (0.5.12.post1 and before) launches one program per request that loops
+    over all of the request's pages: its stores are not bounded by the row's grid, which the
+    model assumes, so those rows are not run (a known gap, not an agreement)."""
+    blocks = getattr(kv, "get_num_kv_index_blocks_flashmla", None)
+    if blocks is None:
+        raise Moved("this release launches create_flashmla_kv_indices_triton one program per request over all "
+                    "of its pages (no get_num_kv_index_blocks_flashmla): stores not bounded by the row's grid, "
+                    "not modelled")
+    return (bs, blocks(pages, page_size))
+
+
 def engine_flashmla_kv_indices(kv: ModuleType, state: State, tables: dict[str, torch.Tensor], width: int,
                                delta: int) -> Answer:
     """FlashMLA's graph replay: ``create_flashmla_kv_indices_triton`` over the row stride's programs,
@@ -489,7 +503,7 @@ def engine_flashmla_kv_indices(kv: ModuleType, state: State, tables: dict[str, t
     def call() -> Answer:
         bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
         table = backing[:bs]
-        grid = (bs, kv.get_num_kv_index_blocks_flashmla(table.stride(0), 64))
+        grid = _flashmla_grid(kv, bs, table.stride(0), 64)
         kv.create_flashmla_kv_indices_triton[grid](
             req_to_token, rows, lens + delta, None, table, req_to_token.stride(0), table.stride(0))
         return ok(page_table=tensor(backing))
@@ -505,7 +519,7 @@ def engine_trtllm_mla_kv_indices(kv: ModuleType, state: State, tables: dict[str,
         bs, backing, rows, lens, req_to_token = _builder_buffers(state, tables, width)
         ps = state["page_size"]
         table = backing[:bs]
-        grid = (bs, kv.get_num_kv_index_blocks_flashmla(table.shape[1], ps))
+        grid = _flashmla_grid(kv, bs, table.shape[1], ps)
         kv.create_flashmla_kv_indices_triton[grid](
             req_to_token, rows, (lens + delta).to(torch.int32) if state["mode"] == "target-verify" else lens, None, table,
             req_to_token.stride(0), table.shape[1], PAGED_SIZE=ps)
