@@ -190,6 +190,9 @@ def indexer_fill_row(session: Session, buffers: dict[str, Any], count: int, seed
     version = _version(buffers)
     if version is None:
         return _skipped(function, "the release has no indexer buffer, or its widths were not measured")
+    fill = buffers["backends"][ib.NAME].get("fill", {})
+    if fill.get("value") is None:  # the release's builder has no such step (0.17.0 to 0.19.1)
+        return _skipped(function, f"no learned fill ({fill.get('finding') or fill.get('reason') or 'not measured'})")
     rng = random.Random(f"{seed}:{function}")
     cases = [_case(p, rows=rng.randint(3, 96)) for p in width_states(rng, count)]
     states = [{"max_model_len": c.max_model_len, "block_size": c.block_size, "dcp": c.dcp,

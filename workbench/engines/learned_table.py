@@ -14,7 +14,7 @@ from workbench.engines import learned
 from workbench.engines.releases import releases
 
 # column -> (path in the buffers section, short title)
-SGLANG_COLUMNS: tuple[tuple[str, str], ...] = (
+COLUMNS: tuple[tuple[str, str], ...] = (
     ("width_gen", "W gen"),
     ("backends.sglang-ascend-block-tables.rule", "Ascend"),
     ("backends.sglang-dsa-page-table.rule", "DSA"),
@@ -37,19 +37,8 @@ SGLANG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("backends.sglang-aiter-kv-indices.target-verify", "AITER verify"),
     ("conformance.cuda_gather", "CUDA alloc"),
 )
-VLLM_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("backends.vllm-v0-graph-block-tables.graph_width", "V0 graph width"),
-    ("backends.vllm-v0-graph-block-tables.row_write", "V0 row write"),
-    ("backends.vllm-indexer-block-table.table_alignment", "V1 table"),
-    ("backends.vllm-indexer-block-table.buffer_alignment", "indexer buffer"),
-    ("backends.vllm-indexer-block-table.fill", "indexer fill"),
-    ("backends.vllm-indexer-block-table.table_rebuilt_when", "table rebuilt"),
-)
-# each engine's learned files hold their own components: the columns of each engine's table
-COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "sglang": SGLANG_COLUMNS, "vllm": VLLM_COLUMNS,
-    "vllm-ascend": (("backends.vllm-ascend-block-table.drafter", "drafter's block table"),),
-}
+# vllm-ascend's learned files hold the one buffer its code adds over vLLM's
+ASCEND_COLUMNS: tuple[tuple[str, str], ...] = (("backends.vllm-ascend-block-table.drafter", "drafter's block table"),)
 SHORT = {"context": "ctx", "context-plus-draft": "ctx+D", "req-to-token": "W", "npu-legacy": "legacy",
          "npu-clamped": "clamped", "dynamic": "dyn", "static": "static", "max-bs-topk-ctx": "bs·k·ctx",
          "max-bs-ctx": "bs·ctx", "batch-topk-ctx": "b·k·ctx", "max-tokens-ctx": "tok·ctx", "paged-ctx": "pg·ctx",
@@ -73,10 +62,8 @@ def cell(fact: Mapping[str, Any] | None) -> str:
     value = fact.get("value")
     if value is None:
         return "?"
-    if isinstance(value, Mapping) and "rule" in value:
+    if isinstance(value, Mapping):
         text = f"{SHORT.get(str(value['rule']), value['rule'])} {value['check']}"
-    elif isinstance(value, Mapping):  # one value per attention backend
-        text = ", ".join(f"{key} {SHORT.get(str(v), v)}" for key, v in value.items())
     else:
         text = SHORT.get(str(value), str(value))
     return text + (" (r)" if fact.get("how") == "read" else "")
@@ -84,9 +71,11 @@ def cell(fact: Mapping[str, Any] | None) -> str:
 
 def table(name: str = "sglang") -> str:
     """The markdown table: one row per listed release with a learned ``buffers`` section."""
-    if name not in COLUMNS:
-        raise ValueError(f"engine: no table of learned releases for {name!r} (tables: {', '.join(COLUMNS)})")
-    columns = COLUMNS[name]
+    if name == "vllm":  # vLLM's learner has its own table (parser, resolution, buffers, conformance)
+        from workbench.engines.learn_vllm import table as vllm_table
+
+        return vllm_table(list(releases(name)))
+    columns = ASCEND_COLUMNS if name == "vllm-ascend" else COLUMNS
     head = "| release | " + " | ".join(title for _, title in columns) + " |"
     lines = [head, "|" + "---|" * (len(columns) + 1)]
     for engine in releases(name):

@@ -180,9 +180,11 @@ def runner_builder(backend: Any, spec: Any, config: Any, device: Any) -> Any:
         known = {"backend": backend, "layer_names": layers, "kv_cache_spec": spec, "kv_cache_group_id": 0}
         fields = {f.name for f in dataclasses.fields(group_cls)}
         group = group_cls(**{k: v for k, v in known.items() if k in fields})
-        # 0.11.1 to 0.12.x take the kernel's block size too: the runner's is the group's own here
+        # 0.11.1 to 0.16.x require the kernel's block size (the runner's is the group's own here);
+        # later releases default it and check it against the backend's sizes when given
         takes = inspect.signature(group.create_metadata_builders).parameters
-        extra = {"kernel_block_size": getattr(spec, "block_size", None)} if "kernel_block_size" in takes else {}
+        required = "kernel_block_size" in takes and takes["kernel_block_size"].default is inspect.Parameter.empty
+        extra = {"kernel_block_size": getattr(spec, "block_size", None)} if required else {}
         group.create_metadata_builders(config, device, **extra)
         return group.metadata_builders[0]
     if group_cls is not None and hasattr(group_cls, "create_with_metadata_builders"):
