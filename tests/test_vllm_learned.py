@@ -79,18 +79,7 @@ def test_each_learned_file_is_sound_and_its_rules_give_the_engines_answers(path:
         assert table["states"] >= 60 and table["samples"]
 
 
-# Releases whose recorded conformance disagrees, each an open finding (README, "vLLM release by
-# release"): strict, so a fix that makes them agree must take them off this list.
-KNOWN_DISAGREEING = {
-    f"0.20.{n}": "the indexer's _prepare_decode_tensors (0.20.x's flatten path for varying decode lengths) "
-                 "raises a size error the model does not predict on most states"
-    for n in range(3)
-}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DISAGREEING[p.stem]))
-                                  if p.stem in KNOWN_DISAGREEING else p for p in SHIPPED],
-                         ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_recorded_conformance_agrees_on_every_state(path: Path) -> None:
     data = _file(path)
     engine = data["engine"]

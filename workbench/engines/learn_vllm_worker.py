@@ -145,8 +145,11 @@ class Worker:
             from workbench.engines import vllm_buffers
 
             adapter = self._adapter()
+            # max_num_seqs covers the fill's largest batch (96 requests, 192 query rows): 0.20.x sizes
+            # the builder's arange by max_num_seqs (times next_n, 1 here), a batch above it is no
+            # state the engine's scheduler makes
             config = adapter.engine_config([self._model("dsa"), "--max-model-len", "4096", "--block-size", "64",
-                                            "--max-num-batched-tokens", "512", "--max-num-seqs", "16"])
+                                            "--max-num-batched-tokens", "512", "--max-num-seqs", "256"])
             self.indexer = vllm_buffers.IndexerBench(config)
         return self.indexer
 
