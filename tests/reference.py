@@ -28,6 +28,8 @@ def request_table_width(ctx: int, ps: int, d: int, steps: int = 1, topk: int = 1
 
 
 def npu_width_pages(rule: str, ctx: int, ps: int, d: int, w: int) -> int:
+    if rule == "context-floor":  # sglang 0.5.4.post1 ascend_backend.py:113-120: max_context_len // page_size
+        return ctx // ps
     if rule == "context":
         return ceil_div(ctx, ps)
     fixed = (ctx + ps - 1 + d) // ps

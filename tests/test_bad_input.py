@@ -22,7 +22,7 @@ CLI_CASES = [
     (["probe", "gpu"], "argument component: invalid choice: 'gpu'"),
     (["probe", "npu-block-table", *QWQ], "seq_lens: missing"),
     (["probe", "npu-block-table", *QWQ[:-2], "--mode", "prefill", "--seq-lens", "5"], "mode: 'prefill' is not one of"),
-    (["probe", "npu-block-table", *QWQ, "--seq-lens", "5", "--width-gen", "g9"], "width_gen: 'g9' is not one of g1, g2, g3"),
+    (["probe", "npu-block-table", *QWQ, "--seq-lens", "5", "--width-gen", "g9"], "width_gen: 'g9' is not one of g0, g1, g2n, g2, g3"),
     (["probe", "npu-block-table", *QWQ, "--seq-lens", "five"], "argument --seq-lens: 'five' is not a list of integers"),
     (["probe", "npu-block-table", *QWQ, "--seq-lens", "5", "--page-size", "-3"], "page_size: -3 is out of range"),
     (["probe", "npu-block-table", *QWQ, "--seq-lens", "5", "--replay", "static"], "replay: applies to dsa-page-table only"),

@@ -49,7 +49,7 @@ def test_max_committed_len_bounds() -> None:
         ("context_len", 0, "context_len: 0 is out of range (allowed: 1 to 16777216)"),
         ("page_size", 0, "page_size: 0 is out of range (allowed: 1 to 4096)"),
         ("draft_tokens", -1, "draft_tokens: -1 is out of range (allowed: 0 to 1024)"),
-        ("width_gen", "g4", "width_gen: 'g4' is not one of g1, g2, g3"),
+        ("width_gen", "g4", "width_gen: 'g4' is not one of g0, g1, g2n, g2, g3"),
         ("spec_topk", 1.5, "spec_topk: 1.5 is not an integer (allowed: 1 to 64)"),
         ("draft_has_kv", "yes", "draft_has_kv: 'yes' is not a boolean (allowed: true, false)"),
     ],

@@ -106,6 +106,9 @@ def test_the_models_fail_where_the_engines_replay_failed(path: Path) -> None:
                                                  "draft_has_kv", "mode", "width_gen") if k in reference}
             if "replay" in entries and entries["replay"]["value"]:
                 case["replay"] = entries["replay"]["value"]
+            for option in backends.backend_of(component).case_options:  # learned per release (Ascend's spec_fill)
+                if (entries.get(option) or {}).get("value") is not None:
+                    case[option] = entries[option]["value"]
             record = probe_record({"component": component, "rule": rule, **case, "seq_lens": at["seq_lens"]}, "cpu")
             if at["outcome"] == "raised":
                 assert record["outcome"] == "shape-error" and at["error"].endswith(str(record["error"])), (component, at)

@@ -47,8 +47,9 @@ def small_frame() -> pd.DataFrame:
 
 
 def test_rows_agree_with_the_closed_form(small_frame: pd.DataFrame) -> None:
-    # 2 ctx x 3 ps: NPU 3 drafts x 3 rules x 2 modes minus verify-without-drafts (3 rules); DSA twice that.
-    assert len(small_frame) == 6 * (18 - 3) * 3
+    # 2 ctx x 3 ps: NPU 3 drafts x 4 rules x 2 modes minus verify-without-drafts (4 rules); DSA 3 drafts
+    # x 3 rules x 2 modes minus 3, twice (two replays).
+    assert len(small_frame) == 6 * ((24 - 4) + 2 * (18 - 3))
     assert small_frame.confirmed.all()
     for _, row in small_frame.iterrows():
         expected = expected_first_failure(row)

@@ -135,7 +135,8 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
     presets = list(presets) if presets is not None else load_presets()
     out = []
     for backend in backends.table_backends():
-        for version, sharers in sharing(chosen, backend.name, ("rule", "replay", "width_gen"), reach=False):
+        keys = ("rule", "replay", "width_gen", *backend.case_options)
+        for version, sharers in sharing(chosen, backend.name, keys, reach=False):
             fields = version.case_fields(backend.name)
             replay = Replay.parse(str(fields.get("replay", "dynamic")))
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
@@ -148,7 +149,8 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
                     continue
                 for mode, step_id in _modes(backend, g):
                     case = TableCase(component=backend.label, geometry=g, rule=str(fields["rule"]),
-                                     mode=mode, step_id=step_id, replay=replay, seq_lens=(1,))
+                                     mode=mode, step_id=step_id, replay=replay, seq_lens=(1,),
+                                     options=backend.options_of(fields))
                     if table_case_problem(case) is None:
                         out.append(AtlasConfig(version.engine, backend.label, setting, case, starting, refusing))
     return out

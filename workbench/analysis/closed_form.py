@@ -29,7 +29,7 @@ from workbench.backends.base import MODE_CODES, Grid
 IntArray = npt.NDArray[np.int64]
 
 NO_FAILURE = -1  # first_failing_seq_len where no committed length up to the bound fails
-GEN_CODES = {"g1": 1, "g2": 2, "g3": 3}
+GEN_CODES = {"g0": 0, "g1": 1, "g2": 2, "g3": 3, "g2n": 4}
 
 
 def _cdiv(a: IntArray, b: IntArray) -> IntArray:
@@ -40,13 +40,13 @@ def request_table_width(
     ctx: IntArray, ps: IntArray, d: IntArray, steps: IntArray, topk: IntArray, draft_kv: npt.NDArray[np.bool_],
     gen: IntArray,
 ) -> IntArray:
-    """``W`` for every configuration, width generations g1-g3 (docs/semantics.md#width-generations)."""
-    extra = 4 + d
-    simple = (ps == 1) | (topk == 1) | ~draft_kv
+    """``W`` for every configuration, every width generation (docs/semantics.md#width-generations)."""
+    extra = np.where(gen == 0, 4, 4 + d)
+    simple = (ps == 1) | (topk == 1) | (~draft_kv & (gen != 4))
     per_decode = np.where(simple, np.maximum(steps * topk, d), np.maximum(_cdiv(ps - 1 + steps, ps) * ps * topk, d))
     reserve = 2 * per_decode
     paged_spec = (d > 0) & (ps > 1)
-    extra = np.where(paged_spec & (gen == 2) & (topk > 1), np.maximum(extra, reserve), extra)
+    extra = np.where(paged_spec & ((gen == 2) | (gen == 4)) & (topk > 1), np.maximum(extra, reserve), extra)
     extra = np.where(paged_spec & (gen == 3), np.maximum(extra, reserve + ps - 1), extra)
     return ctx + extra
 

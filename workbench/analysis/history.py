@@ -95,12 +95,12 @@ def _geometry(reference: Reference, width_gen: str) -> ServingGeometry:
 
 @functools.lru_cache(maxsize=4096)
 def _table_boundary(component: str, rule: str, replay: str, mode: str, step_id: int,
-                    geometry: ServingGeometry) -> tuple[int | None, str, str | None]:
+                    geometry: ServingGeometry, options: tuple[tuple[str, str], ...] = ()) -> tuple[int | None, str, str | None]:
     """The first failing committed length (closed form, executed there and one below), its outcome
-    and torch's message: the same for every release with the same rule, replay and geometry."""
+    and torch's message: the same for every release with the same rule, replay, options and geometry."""
     backend = backends.backend_of(component)
     case = TableCase(component=backend.label, geometry=geometry, rule=rule, mode=Mode.parse(mode), step_id=step_id,
-                     replay=Replay.parse(replay), seq_lens=(1,))
+                     replay=Replay.parse(replay), seq_lens=(1,), options=options)
     found = fast_boundary(case)
     failing = found.failing
     return found.first_failing_seq_len, failing.outcome.value if failing else "ok", failing.error if failing else None
@@ -175,7 +175,8 @@ def cell(release: str, version: EngineVersion | None, reference: Reference,
     if len(backends.backend_of(reference.component).replays) > 1 and "replay" not in fields:
         return {"status": "not modelled"}  # the backend's replay varies by release, and this one's was not learned
     replay = str(fields.get("replay", "dynamic"))
-    found = _table_boundary(reference.component, str(rule), replay, reference.mode, reference.step_id, g)
+    options = backends.backend_of(reference.component).options_of(fields)
+    found = _table_boundary(reference.component, str(rule), replay, reference.mode, reference.step_id, g, options)
     return {"rule": rule, "replay": replay,
             **_reached(release, g, Mode.parse(reference.mode), reference.step_id, overshoot, *found, algorithm)}
 

@@ -185,6 +185,11 @@ class TableBackend(ABC):
         """The case's value of the backend's string field ``name``, or its default."""
         return case.option(name, self.case_options[name][0])
 
+    def options_of(self, fields: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+        """``TableCase.options`` from a release's fields: those of the backend's string fields the
+        release has a value for (learned per release, such as Ascend's ``spec_fill``)."""
+        return tuple(sorted((name, str(fields[name])) for name in self.case_options if name in fields))
+
     def probe_rows(self, case: TableCase, width: int) -> int:
         """Rows a probe allocates: whether a copy fails depends on widths only, so one per request."""
         return len(case.seq_lens)

@@ -75,9 +75,11 @@ class PagedTable:
         return self.page_size
 
     def write(self, req_to_token: torch.Tensor, rows: Sequence[int], lengths: Sequence[int],
-              limit: int | None) -> Overwrite | None:
+              limit: int | None, *, pages: int | None = None) -> Overwrite | None:
         """Store each request's live pages through the table's flat storage; returns the first
-        write past a row's end (into the next row, or past the buffer), or None.
+        write past a row's end (into the next row, or past the buffer), or None. ``pages``: a kernel
+        that stores a fixed number of columns in every row, live or not (stale slots of
+        ``req_to_token`` past the request's end included), instead of the live pages.
 
         Worked example: ps 16, B 4, one request of 66 tokens, limit None: cdiv(66, 16) = 5 pages
         go to flat offsets 0..4; offset 4 is row 1, column 0 (past the buffer if there is no row 1).
@@ -87,7 +89,7 @@ class PagedTable:
         flat = self.page_table.view(-1)  # (rows * B,) int32, a view: writes land in the table
         first: Overwrite | None = None
         for i, (r, tokens) in enumerate(zip(rows, lengths)):
-            live = live_pages(tokens, ps, limit)
+            live = live_pages(tokens, ps, limit) if pages is None else pages
             src = req_to_token[r, 0 : live * ps : ps]  # (live,) int32: the first slot of each page
             assert src.shape[0] == live, "a row's pages reach past req_to_token (no such state is probed)"
             start = i * width

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -23,9 +24,19 @@ from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 PAD_PAGE = 0  # columns past a request's pages, and padded rows, hold page 0
 SEQ_FILL = 0  # the seq_len of a padded graph row on this backend
+# What the replay fills in a speculative step (learned per release, ``spec_fill``): the step's reads
+# (verify s + D, draft step s + step_id + 1; 0.5.10 on), the verify's only (a draft step fills s:
+# 0.5.4.post2 to 0.5.9), or the committed s in every mode (to 0.5.4.post1)
+STEP_READS, VERIFY_READS, COMMITTED = "step-reads", "verify-reads", "committed"
 
 
 # ---- sizing rules (pages) -------------------------------------------------------------------------
+
+
+def npu_context_floor(g: ServingGeometry) -> int:
+    """The earliest Ascend backend (to 0.5.4.post1): ``ctx // ps`` pages, rounded down, so a context
+    that is not a multiple of the page size loses its last partial page even without speculation."""
+    return g.context_len // g.page_size
 
 
 def npu_context(g: ServingGeometry) -> int:
@@ -49,6 +60,10 @@ def _context_plus_draft_grid(x: Grid) -> IntArray:
 
 
 RULES = {
+    "context-floor": SizingRule(
+        "context-floor", npu_context_floor, lambda x: x.ctx // x.ps,
+        change="the Ascend backend to 0.5.4.post1 (max_context_len // page_size)",
+        quirk="rounds down: a context that is not a page multiple has no row for its last partial page"),
     "context": SizingRule(
         "context", npu_context, lambda x: cdiv_grid(x.ctx, x.ps),
         change="the Ascend backend before the first seed's fix",
@@ -132,8 +147,14 @@ class NpuBlockTables:
         draft_tokens: int = 0,
         step_id: int = 0,
         full_to_swa: torch.Tensor | None = None,
+        spec_fill: str = STEP_READS,
     ) -> int:
-        """Fill the tables for one step and return ``max_len``, the tokens the step reads.
+        """Fill the tables for one step and return ``max_len``, the tokens the step fills.
+
+        ``spec_fill`` (learned per release): ``step-reads`` fills what the step reads, a verify's
+        ``s + D`` and a draft step's ``s + step_id + 1``; ``verify-reads`` a draft step's ``s`` only
+        (0.5.4.post2 to 0.5.9 add nothing for it); ``committed`` ``s`` in every mode (to
+        0.5.4.post1). Pages a step reads past what was filled hold ``PAD_PAGE``.
 
         Worked example (the seed): ctx 32768, ps 128, D 16, ``context`` rule, so B = 256 pages.
         A verify at s = 32753 reads max_len = 32769 tokens, P = cdiv(32769, 128) = 257 pages:
@@ -142,9 +163,9 @@ class NpuBlockTables:
         bs = len(rows)
         ps = self.page_size
         max_len = max(seq_lens_cpu[:bs])
-        if mode is Mode.TARGET_VERIFY:
+        if mode is Mode.TARGET_VERIFY and spec_fill != COMMITTED:
             max_len += draft_tokens
-        elif mode is Mode.DRAFT_DECODE:
+        elif mode is Mode.DRAFT_DECODE and spec_fill == STEP_READS:
             max_len += step_id + 1
         num_pages = cdiv(max_len, ps)
         index = torch.as_tensor(list(rows), dtype=torch.int64, device=req_to_token.device)
@@ -232,7 +253,8 @@ class AscendBlockTables(TableBackend):
     page_sizes = (128,)  # Ascend forces 128 (npu/utils.py:96-101, the default)
     short = "npu"
     rules = RULES
-    case_fields = frozenset({"hybrid_swa"})
+    case_fields = frozenset({"hybrid_swa", "spec_fill"})
+    case_options = MappingProxyType({"spec_fill": (STEP_READS, VERIFY_READS, COMMITTED)})
     on_overflow = "shape-error: the replay's copy_ of cdiv(max_len, ps) pages into a narrower table raises"
     in_defaults = True
     seeds = (QWQ_SEED,)
@@ -249,7 +271,7 @@ class AscendBlockTables(TableBackend):
         if buffers.block_tables_swa is not None:  # the SWA pool mirrors the full pool page for page
             full_to_swa = lockstep_full_to_swa(num_slots // g.page_size, g.page_size, req_to_token.device)
         buffers.replay(req_to_token, rows, seq_lens, case.mode, draft_tokens=g.draft_tokens, step_id=case.step_id,
-                       full_to_swa=full_to_swa)
+                       full_to_swa=full_to_swa, spec_fill=self.option(case, "spec_fill"))
 
     def buffer_key(self, case: TableCase) -> tuple[object, ...]:
         return (case.hybrid_swa,)

@@ -19,6 +19,12 @@ a case field ``path``:
   buffer (``max_bs`` rows) out of graph with the same builder as ``eager``: an overwrite into
   the next row. Modelled with every request verifying all D drafts (the layout's widest row).
 
+The graph kernel's fill is a second case field, ``graph_fill``, learned per release: ``live-pages``
+(default) stores each row's ``min(cdiv(s + delta, ps), B)`` pages; ``row-width`` stores all ``B``
+columns of every row, the pages past the request's end read from stale ``req_to_token`` slots (the
+fused kernel of 0.5.15 and 0.5.16 masks by ``max_seq_pages`` only). Both stop at the row's end, so
+the outcome of a step is the same; only the entries past a request's live pages differ.
+
 Probes and boundaries take ``path`` from the case; sweeps and serving runs replay the graph
 path (the default), as a graph-captured server does. ``delta`` is D in a verify, ``step_id + 1``
 in a draft step, 0 otherwise. On every path the step fails first at ``s = B * ps - delta + 1``,
@@ -37,14 +43,19 @@ interpreter by ``workbench conformance`` (rows
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 
-from workbench.backends.base import Seed, SizingRule, cdiv_grid
-from workbench.backends.page_writes import KERNEL_BLOCK_TOKENS, LivePageBackend, grid_pages
+import torch
+
+from workbench.backends.base import Buffers, Seed, SizingRule, cdiv_grid
+from workbench.backends.page_writes import KERNEL_BLOCK_TOKENS, LivePageBackend, PagedTable, grid_pages
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
+from workbench.model.outcome import Overwrite
 
 GRAPH, EAGER, RAGGED = "graph", "eager", "ragged-verify"
+LIVE_PAGES, ROW_WIDTH = "live-pages", "row-width"  # what the graph kernel stores in a row
 
 
 def trtllm_mha_context(g: ServingGeometry) -> int:
@@ -100,8 +111,8 @@ class TrtllmMhaPageTableBackend(LivePageBackend):
     page_sizes = (16, 32, 64, 128)
     pad_seq_len = 1  # get_cuda_graph_seq_len_fill_value (trtllm_mha_backend.py:1054)
     rules = RULES
-    case_fields = frozenset({"path"})
-    case_options = MappingProxyType({"path": (GRAPH, EAGER, RAGGED)})
+    case_fields = frozenset({"path", "graph_fill"})
+    case_options = MappingProxyType({"path": (GRAPH, EAGER, RAGGED), "graph_fill": (LIVE_PAGES, ROW_WIDTH)})
     on_overflow = ("graph: silent-overread (stores stop at max_num_pages); eager and ragged verify: silent-overwrite "
                    "(stores bounded by cache_seqlens and the grid, not the width)")
     seeds = (TRTLLM_MHA_SEED, TRTLLM_MHA_EAGER_SEED)
@@ -122,6 +133,16 @@ class TrtllmMhaPageTableBackend(LivePageBackend):
 
     def buffer_key(self, case: TableCase) -> tuple[object, ...]:
         return (self.option(case, "path"),)
+
+    def replay(self, buffers: Buffers, req_to_token: torch.Tensor, rows: Sequence[int], seq_lens: Sequence[int],
+               case: TableCase, *, num_slots: int, query_rows: int | None = None) -> Overwrite | None:
+        if self.option(case, "path") != GRAPH or self.option(case, "graph_fill") == LIVE_PAGES:
+            return super().replay(buffers, req_to_token, rows, seq_lens, case, num_slots=num_slots,
+                                  query_rows=query_rows)
+        assert isinstance(buffers, PagedTable)
+        look = self.lookahead(case.geometry, case.mode, case.step_id)
+        width = buffers.page_table.shape[1]
+        return buffers.write(req_to_token, rows, [s + look for s in seq_lens], width, pages=width)
 
     def write_limit(self, case: TableCase, width: int) -> int | None:
         if self.option(case, "path") == GRAPH:

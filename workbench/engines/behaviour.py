@@ -19,6 +19,8 @@ from workbench.engines.versions import EngineVersion, engine_version
 # The settings each conformance row's model needs, by the start of the row's function name.
 NEEDS = {
     "allocation_sizing.get_req_to_token_extra_context_len": ("width_gen",),
+    "allocation_sizing.get_alloc_len_per_decode": ("width_gen",),
+    "AscendAttnBackend.replay[mirror]": ("ascend_rule", "ascend_spec_fill"),
     "AscendAttnBackend": ("ascend_rule",),
     "DeepseekSparseAttnBackend.init_cuda_graph_state": ("dsa_rule", "dsa_rows"),
     "DeepseekSparseAttnBackend.replay[draft-extend]": ("dsa_rule", "dsa_replay", "dsa_draft_extend_rows"),
@@ -26,13 +28,16 @@ NEEDS = {
     "NPUPagedTokenToKVPoolAllocator.alloc_decode": ("npu_gather",),
     "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail", "npu_extend_dtype"),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
+    "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": ("trtmha_graph_fill",),
 }
 # setting -> (component, field) of the learned section
 WHERE = {"ascend_rule": ("sglang-ascend-block-tables", "rule"), "dsa_rule": ("sglang-dsa-page-table", "rule"),
          "dsa_replay": ("sglang-dsa-page-table", "replay"), "dsa_rows": ("sglang-dsa-page-table", "rows"),
          "dsa_draft_extend_rows": ("sglang-dsa-page-table", "draft_extend_rows"),
          "npu_gather": ("allocator", "gather"), "npu_extend_tail": ("allocator", "extend_tail"),
-         "npu_extend_dtype": ("allocator", "extend_dtype")}
+         "npu_extend_dtype": ("allocator", "extend_dtype"),
+         "trtmha_graph_fill": ("sglang-trtllm-mha-page-table", "graph_fill"),
+         "ascend_spec_fill": ("sglang-ascend-block-tables", "spec_fill")}
 
 
 def _fact_value(version: EngineVersion, setting: str) -> tuple[Any, str | None]:

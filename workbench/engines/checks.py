@@ -91,7 +91,7 @@ def _sizing_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
                   count: int) -> Iterator[Pair]:
     for state in st.sizing_states(rng, count):
         if function.endswith("get_alloc_len_per_decode"):
-            yield state, partial(ec.engine_alloc_len, m["sizing"], state), partial(mc.model_alloc_len, state)
+            yield state, partial(ec.engine_alloc_len, m["sizing"], state), partial(mc.model_alloc_len, state, b)
         else:
             yield state, partial(ec.engine_extra, m["sizing"], state), partial(mc.model_extra, state, b)
 
@@ -296,6 +296,8 @@ class Builder:
     grid_tokens: Callable[[int], int] | None = None
     cache_seqlens: bool = False  # the kernel writes cache_seqlens (compared too)
     path: str | None = None  # TRT-LLM MHA's ``path`` option
+    # case option -> the release's learned setting that gives it (behaviour.WHERE)
+    learned: Mapping[str, str] = field(default_factory=dict)
 
 
 BUILDERS: dict[str, Builder] = {
@@ -305,7 +307,7 @@ BUILDERS: dict[str, Builder] = {
     # the backend's case check: 4096 % ps == 0 (the eager builder asserts it); 0.5.23 runs 16-128
     "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": Builder(
         "trtllm_mha_graph", TRT_MHA, ec.engine_trtllm_mha_graph, (1, 2, 16, 32, 64, 128, 256),
-        cache_seqlens=True, path="graph"),
+        cache_seqlens=True, path="graph", learned={"graph_fill": "trtmha_graph_fill"}),
     "trtllm_mha_page_table.build_trtllm_mha_page_table": Builder(
         "trtllm_mha_page_table", TRT_MHA, ec.engine_trtllm_mha_eager, (1, 2, 16, 32, 64, 128, 256, 1024),
         grid_tokens=lambda ps: 4096, path="eager"),
@@ -398,14 +400,16 @@ def _builder_states(function: str, b: Mapping[str, Any], rng: random.Random, cou
     if builder.component not in modelled:
         raise Moved(f"this version's entry in data/engines.json does not list {builder.component}")
     rule = str(modelled[builder.component].get("rule", "context"))
-    yield from _builder_seeds(function)
+    learned = {option: b[setting] for option, setting in builder.learned.items()}
+    yield from ({**state, **learned} for state in _builder_seeds(function))
     modes = tuple(mode.value for mode in backend.modes)
     for i in range(count):
         while True:
             state = st.table_state(rng, modes=modes)
             ps = rng.choice(builder.page_sizes)
             state = {**state, "component": builder.component, "context_len": _builder_context(rng, builder, ps),
-                     "page_size": ps, "hybrid_swa": False, "rule": rule, **({"path": builder.path} if builder.path else {})}
+                     "page_size": ps, "hybrid_swa": False, "rule": rule, **({"path": builder.path} if builder.path else {}),
+                     **learned}
             g = st.geometry_of({**state, "max_bs": 1})
             mode = Mode.parse(state["mode"])
             case = TableCase(component=builder.component, geometry=g, rule=rule, mode=mode, step_id=state["step_id"],

@@ -27,7 +27,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import EXTEND_IN_PAGE, SEED_DECODE, State
 
-LEARNER = "sglang-buffers 10"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 11"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -169,6 +169,8 @@ def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], sa
             backends[component]["on_overflow"] = _on_overflow(session, modules, component, function, rule, reference, say)
     backends["allocator"] = {"gather": _learn_npu_gather(session, modules, say),
                              **_learn_npu_extend(session, modules, say)}
+    backends.setdefault("sglang-trtllm-mha-page-table", {}).update(_learn_trtmha_fill(session, modules, backends, say))
+    backends.setdefault("sglang-ascend-block-tables", {}).update(_learn_ascend_spec_fill(session, modules, backends, say))
     backends.update(lp.learn_pooled(session, wheel, say))
     conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
@@ -248,6 +250,41 @@ def _learn_npu_extend(session: Sessions, modules: dict[str, Found | None], say: 
     if fact["value"] is not None:
         tail["value"], dtype["value"] = str(fact["value"]).split("/")
     return {"extend_tail": tail, "extend_dtype": dtype}
+
+
+def _learn_trtmha_fill(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any],
+                       say: Progress) -> dict[str, Any]:
+    """What TRT-LLM MHA's fused graph kernel stores in a row (``graph_fill``): each request's live
+    pages, or every column of the row (0.5.15 and 0.5.16 mask by ``max_seq_pages`` only). Its
+    kernel runs interpreted, so only where triton is cached, like the CUDA allocator's."""
+    trtmha = "sglang-trtllm-mha-page-table"
+    rule = backends.get(trtmha, {}).get("rule", {}).get("value")
+    if modules["trtllm_mha_graph"] is None:
+        return {"graph_fill": lr.absent_fact("no function update_trtllm_mha_graph_metadata in the wheel",
+                                             "update_trtllm_mha_graph_metadata")}
+    if rule is None or wheels.triton_dir() is None:
+        return {}
+    fact = lb.learn_behaviour(session, modules, "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata",
+                              "graph_fill", {fill: {"trtmha_graph_fill": fill, "backends": {trtmha: {"rule": rule}}}
+                                             for fill in ("live-pages", "row-width")},
+                              say, triton=True, module_key="trtllm_mha_graph")
+    return {"graph_fill": fact}
+
+
+def _learn_ascend_spec_fill(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any],
+                            say: Progress) -> dict[str, Any]:
+    """What the Ascend replay fills in a speculative step (``spec_fill``): what the step reads
+    (``step-reads``), the verify's reads but only the committed length in a draft step
+    (``verify-reads``: 0.5.4.post2 to 0.5.9), or the committed length in every mode
+    (``committed``: to 0.5.4.post1); named by the CPU-mirror replay's states, the grid's
+    verify and draft-step boundaries among them."""
+    rule = backends.get("sglang-ascend-block-tables", {}).get("rule", {}).get("value")
+    if modules["ascend"] is None or rule is None:
+        return {}
+    fact = lb.learn_behaviour(session, modules, "AscendAttnBackend.replay[mirror]", "spec_fill",
+                              {fill: {"ascend_rule": rule, "ascend_spec_fill": fill}
+                               for fill in ("step-reads", "verify-reads", "committed")}, say, module_key="ascend")
+    return {"spec_fill": fact}
 
 
 def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from workbench.engines import sglang_widths as sw
 from workbench.engines.learn_session import Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import State, geometry_of
-from workbench.model.geometry import Mode
+from workbench.model.geometry import WIDTH_GENERATIONS, Mode
 
 Progress = Callable[[str], None]
 Facts = dict[str, Any]
@@ -105,7 +105,7 @@ def learn_width_gen(session: Sessions, wheel: Wheel, found: Mapping[str, Found |
     if "error" in answer:
         return lr.measured_fact(None, function, 0, found=where, finding=f"the engine's code did not run: {answer['error']}")
     points = [(state, value) for state, value in answer["values"]]
-    fact = lr.name_rule(points, {g: _extra(g) for g in ("g1", "g2", "g3")}, function=function, keys=SIZING_KEYS,
+    fact = lr.name_rule(points, {g: _extra(g) for g in WIDTH_GENERATIONS}, function=function, keys=SIZING_KEYS,
                         found=where)
     progress(f"width_gen: {fact['value']} ({len(points)} states)")
     return fact

@@ -17,6 +17,7 @@ from workbench.engines.releases import releases
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("width_gen", "W gen"),
     ("backends.sglang-ascend-block-tables.rule", "Ascend"),
+    ("backends.sglang-ascend-block-tables.spec_fill", "Ascend fill"),
     ("backends.sglang-dsa-page-table.rule", "DSA"),
     ("backends.sglang-dsa-page-table.replay", "DSA replay"),
     ("backends.sglang-dsa-page-table.rows", "DSA rows"),
@@ -25,6 +26,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("backends.sglang-fa3-page-table.rule", "FA3"),
     ("backends.sglang-xpu-page-table.rule", "XPU"),
     ("backends.sglang-trtllm-mha-page-table.rule", "TRT MHA"),
+    ("backends.sglang-trtllm-mha-page-table.graph_fill", "TRT MHA fill"),
     ("backends.sglang-flashmla-page-table.rule", "FlashMLA"),
     ("backends.sglang-trtllm-mla-page-table.rule", "TRT MLA"),
     ("backends.sglang-aiter-page-table.rule", "AITER"),
@@ -43,7 +45,9 @@ SHORT = {"context": "ctx", "context-plus-draft": "ctx+D", "req-to-token": "W", "
          "npu-clamped": "clamped", "dynamic": "dyn", "static": "static", "max-bs-topk-ctx": "bs·k·ctx",
          "max-bs-ctx": "bs·ctx", "batch-topk-ctx": "b·k·ctx", "max-tokens-ctx": "tok·ctx", "paged-ctx": "pg·ctx",
          "paged-ctx-plus-draft": "pg·ctx+D", "cuda-masked": "after", "cuda-checked": "before",
-         "max-num-tokens": "tok", "max-bs": "bs", "guarded": "guard", "unguarded": "unguard"}
+         "max-num-tokens": "tok", "max-bs": "bs", "guarded": "guard", "unguarded": "unguard",
+         "context-floor": "⌊ctx⌋", "step-reads": "reads", "verify-reads": "verify", "committed": "s",
+         "live-pages": "live", "row-width": "row"}
 
 
 def _fact(section: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:

@@ -25,8 +25,8 @@ from workbench.model.geometry import Mode, cdiv
 Behaviour = Mapping[str, Any]
 
 
-def model_alloc_len(state: State) -> Answer:
-    g = geometry_of({**state, "context_len": 1, "max_bs": 1, "width_gen": "g3"})
+def model_alloc_len(state: State, behaviour: Behaviour) -> Answer:
+    g = geometry_of({**state, "context_len": 1, "max_bs": 1, "width_gen": behaviour["width_gen"]})
     return ok(value=g.alloc_len_per_decode)
 
 
@@ -72,7 +72,8 @@ def model_ascend_replay(state: State, behaviour: Behaviour, tables: dict[str, to
         rows, mode = list(range(1, bs + 1)), Mode.parse(state["mode"])
         if state["branch"] == "mirror":
             t.replay(tables["req_to_token"], rows, state["seq_lens"], mode, draft_tokens=g.draft_tokens,
-                     step_id=state["step_id"], full_to_swa=tables["full_to_swa"])
+                     step_id=state["step_id"], full_to_swa=tables["full_to_swa"],
+                     spec_fill=behaviour["ascend_spec_fill"])
         else:
             host = state["max_seq_len_host"] if state["branch"] == "host" else None
             t.replay_mirrorless(tables["req_to_token"], rows, mode, max_seq_len_host=host,
@@ -187,10 +188,11 @@ def model_page_builder(state: State, tables: dict[str, torch.Tensor], *, cache_s
     def call() -> Answer:
         bs = len(state["seq_lens"])
         table = PagedTable.of_width(state["width"], state["page_size"], rows=state["rows"], fill=UNWRITTEN)
+        backend = backend_of(state["component"])
         case = TableCase(component=state["component"], geometry=geometry_of(state), rule=state["rule"],
                          mode=Mode.parse(state["mode"]), seq_lens=tuple(state["seq_lens"]), step_id=state["step_id"],
-                         options=(("path", state["path"]),) if "path" in state else ())
-        backend_of(case.component).replay(table, tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"],
+                         options=tuple((name, state[name]) for name in backend.case_options if name in state))
+        backend.replay(table, tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"],
                                           case, num_slots=0)
         answer = ok(page_table=tensor(table.page_table))
         if cache_seqlens:

@@ -28,7 +28,8 @@ from workbench.engines.releases import ENGINES, split, version_key
 DEFAULT_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines.json"
 PSEUDO_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines" / "pseudo.json"
 VERSION_FIELDS = ("width_gen",)  # fields a version sets for every component
-CASE_FIELDS = ("rule", "replay", "gather")  # the fields of a table backend or allocator a case takes
+# the fields of a table backend or allocator a case takes (the string options among them: TableCase.options)
+CASE_FIELDS = ("rule", "replay", "gather", "spec_fill", "graph_fill")
 SECTION = "buffers"
 
 

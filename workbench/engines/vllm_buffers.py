@@ -206,7 +206,9 @@ class IndexerBench:
         # the deployment's DCP size, where the release reads it from the config (AttentionSpec)
         object.__setattr__(self.config.parallel_config, "decode_context_parallel_size", dcp)
         spec = attention_spec(block_size, mla=True)
-        with cp_size(dcp, (INDEXER, "vllm.v1.kv_cache_interface", "vllm.v1.worker.utils")), self._current():
+        # cp_utils: from 0.26.0 the builder divides by get_kv_cache_shard_count(), which asks get_dcp_group() there
+        with cp_size(dcp, (INDEXER, "vllm.v1.kv_cache_interface", "vllm.v1.worker.utils", "vllm.v1.worker.cp_utils")), \
+                self._current():
             return runner_builder(self.module.DeepseekV32IndexerBackend, spec, self.config, torch.device("cpu"))
 
     def width(self, max_model_len: int, block_size: int, dcp: int) -> int | None:

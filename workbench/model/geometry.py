@@ -23,7 +23,9 @@ MAX_SPEC_STEPS = 64
 MAX_SPEC_TOPK = 64
 MAX_GRAPH_BATCH = 4096
 
-WIDTH_GENERATIONS = ("g1", "g2", "g3")
+# The order is history's: g0 (0.5.0rc2) to g3; g2n is 0.5.13's g2, whose per-decode allocation
+# counts the tree's page-aligned branches for drafters without KV (NGRAM) too (docs/semantics.md#width-generations).
+WIDTH_GENERATIONS = ("g0", "g1", "g2n", "g2", "g3")
 
 # Slack the request table has beyond the context length in every generation (docs/semantics.md#width-generations).
 REQ_TO_TOKEN_SLACK = 4
@@ -95,7 +97,7 @@ class ServingGeometry:
         if not self.speculative:
             return 1
         steps, topk, ps = self.spec_steps, self.spec_topk, self.page_size
-        if ps == 1 or topk == 1 or not self.draft_has_kv:
+        if ps == 1 or topk == 1 or (not self.draft_has_kv and self.width_gen != "g2n"):
             return max(steps * topk, self.draft_tokens)
         # Each of the topk branches opens pages of its own for its steps, from a partial page.
         return max(cdiv(ps - 1 + steps, ps) * ps * topk, self.draft_tokens)
@@ -105,13 +107,16 @@ class ServingGeometry:
         """Columns the request table has beyond ``context_len``, by width generation.
 
         Worked values (docs/semantics.md#width-generations): EAGLE D=6 steps=5 topk=1 ps=64 gives
-        10 / 10 / 75 for g1 / g2 / g3; NGRAM D=16 topk=10 ps=128 gives 20 / 32 / 159.
+        10 / 10 / 75 for g1 / g2 / g3; NGRAM D=16 topk=10 ps=128 gives 20 / 32 / 159, and 4 / 2560
+        for g0 / g2n.
         """
+        if self.width_gen == "g0":
+            return REQ_TO_TOKEN_SLACK
         extra = REQ_TO_TOKEN_SLACK + self.draft_tokens
         if not self.speculative or self.page_size == 1 or self.width_gen == "g1":
             return extra
         reserve = 2 * self.alloc_len_per_decode
-        if self.width_gen == "g2":
+        if self.width_gen in ("g2", "g2n"):
             return max(extra, reserve) if self.spec_topk > 1 else extra
         return max(extra, reserve + self.page_size - 1)
 

@@ -94,7 +94,7 @@ def _case(backend: TableBackend, deployment: Deployment, mode: Mode, step_id: in
         return None
     replay = Replay.parse(str(fields["replay"])) if "replay" in backend.case_fields and "replay" in fields else Replay.DYNAMIC
     case = TableCase(component=backend.name, geometry=deployment.geometry, rule=rule, mode=mode, step_id=step_id,
-                     replay=replay)
+                     replay=replay, options=backend.options_of(fields))
     # A case field a backend takes (its case_fields) that the launch resolved (Deployment.extra,
     # e.g. a vLLM backend's "dcp_size") travels into its case, so a new backend needs no edit here.
     known = {f.name for f in dataclasses.fields(TableCase)}
