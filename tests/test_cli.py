@@ -95,7 +95,7 @@ def test_single_case_from_flags_readable_and_json() -> None:
         (["probe", "allocator", "--gather", "npu-legacy", "--page-size", "4", "--last-loc", "11"],
          "seq_lens: missing (required, a list of integers)"),
         (["probe", "npu-block-table", "--rule", "widest", "--context-len", "10", "--page-size", "1", "--mode", "decode",
-          "--seq-lens", "3"], "rule: 'widest' is not one of context, context-plus-draft, req-to-token"),
+          "--seq-lens", "3"], "rule: 'widest' is not one of context-floor, context, context-plus-draft, req-to-token"),
         (["probe", "npu-block-table", "--rule", "context", "--context-len", "ten"], "argument --context-len: invalid int value"),
         (["probe", "--cases", "/nonexistent/cases.jsonl"], "--cases: cannot read '/nonexistent/cases.jsonl'"),
         (["boundary", "npu-block-table", "--rule", "context", "--context-len", "100", "--page-size", "4",

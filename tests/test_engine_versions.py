@@ -105,11 +105,12 @@ def test_an_allocator_case_takes_the_releases_gather() -> None:
 
 
 def test_a_release_whose_code_gave_no_rule_says_so() -> None:
-    """0.5.3's Ascend width is ``ctx // ps`` pages, which no rule of the model gives: a case that
-    names the release and no rule is refused with the finding."""
-    line = json.dumps({**QWQ, "engine": "sglang==0.5.3", "seq_lens": [5]})
+    """0.5.3's TRT-LLM MLA width is one no rule of the model gives (its learned file holds the
+    finding): a case that names the release and no rule is refused with the finding."""
+    line = json.dumps({"component": "sglang-trtllm-mla-page-table", "engine": "sglang==0.5.3", "context_len": 8192,
+                       "page_size": 64, "draft_tokens": 4, "spec_steps": 3, "seq_lens": [5], "mode": "target-verify"})
     out = subprocess.run([sys.executable, "-m", "workbench", "probe", "--cases", "-"], input=line + "\n",
                          capture_output=True, text=True, check=True).stdout
     record = json.loads(out)
-    assert record["outcome"] == "invalid" and "has no rule for sglang-ascend-block-tables (no rule of the model agrees" \
+    assert record["outcome"] == "invalid" and "has no rule for sglang-trtllm-mla-page-table (no rule of the model agrees" \
         in record["error"], record

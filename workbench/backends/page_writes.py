@@ -34,6 +34,11 @@ from workbench.model.geometry import ServingGeometry, cdiv
 from workbench.model.outcome import Overwrite
 
 KERNEL_BLOCK_TOKENS = 4096  # tokens one program of the FlashMLA / TRT-LLM MHA page builders covers
+# How ``create_flashmla_kv_indices_triton`` is launched (a case option, learned per release): a program
+# per request and block of the row's pages (``get_num_kv_index_blocks_flashmla``, 0.5.13 on), or one
+# program per request looping over every page the request has (to 0.5.12.post1): no grid bounds its stores.
+ROW_BLOCKS, PER_REQUEST = "row-blocks", "per-request"
+GRID_OPTIONS = (ROW_BLOCKS, PER_REQUEST)
 
 
 def grid_pages(width: int, page_size: int, block_tokens: int = KERNEL_BLOCK_TOKENS) -> int:
@@ -133,4 +138,5 @@ class LivePageBackend(TableBackend):
         return buffers.write(req_to_token, rows, [s + look for s in seq_lens], self.write_limit(case, width))
 
 
-__all__ = ["KERNEL_BLOCK_TOKENS", "LivePageBackend", "PagedTable", "grid_pages", "live_pages"]
+__all__ = ["GRID_OPTIONS", "KERNEL_BLOCK_TOKENS", "PER_REQUEST", "ROW_BLOCKS", "LivePageBackend", "PagedTable",
+           "grid_pages", "live_pages"]

@@ -30,8 +30,10 @@ where triton is cached.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from workbench.backends.base import Seed, SizingRule, cdiv_grid
-from workbench.backends.page_writes import LivePageBackend, grid_pages
+from workbench.backends.page_writes import GRID_OPTIONS, PER_REQUEST, LivePageBackend, grid_pages
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
@@ -90,6 +92,8 @@ class FlashMlaPageTableBackend(LivePageBackend):
     pad_seq_len = 1  # get_cuda_graph_seq_len_fill_value (flashmla_backend.py:431)
     rules = RULES
     modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)
+    case_fields = frozenset({"grid"})
+    case_options = MappingProxyType({"grid": GRID_OPTIONS})
     on_overflow = ("silent-overwrite where B is not a multiple of 64 pages (the builder's grid reaches past the row), "
                    "else silent-overread")
     seeds = (FLASHMLA_SEED, FLASHMLA_OVERWRITE_SEED)
@@ -101,6 +105,8 @@ class FlashMlaPageTableBackend(LivePageBackend):
         return None
 
     def write_limit(self, case: TableCase, width: int) -> int | None:
+        if self.option(case, "grid") == PER_REQUEST:  # to 0.5.12.post1: every live page is stored
+            return None
         return grid_pages(width, FLASHMLA_PAGE_SIZE)
 
 

@@ -27,12 +27,20 @@ kernel itself under the interpreter by ``workbench conformance`` (row
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import numpy as np
 import torch
 
 from workbench.backends.base import IntArray, Seed, SizingRule, cdiv_grid
-from workbench.backends.page_writes import KERNEL_BLOCK_TOKENS, LivePageBackend, PagedTable, grid_pages
+from workbench.backends.page_writes import (
+    GRID_OPTIONS,
+    KERNEL_BLOCK_TOKENS,
+    PER_REQUEST,
+    LivePageBackend,
+    PagedTable,
+    grid_pages,
+)
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
@@ -94,6 +102,8 @@ class TrtllmMlaPageTableBackend(LivePageBackend):
     pad_seq_len = 1
     rules = RULES
     modes = (Mode.DECODE, Mode.TARGET_VERIFY, Mode.DRAFT_EXTEND)
+    case_fields = frozenset({"grid"})
+    case_options = MappingProxyType({"grid": GRID_OPTIONS})
     on_overflow = "silent-overread: the width is a multiple of the builder's pages per program, so stores stop at it"
     seeds = (TRTLLM_MLA_SEED,)
 
@@ -109,6 +119,8 @@ class TrtllmMlaPageTableBackend(LivePageBackend):
         return PagedTable.of_width(width, geometry.page_size, rows=rows, device=device, fill=NO_PAGE)
 
     def write_limit(self, case: TableCase, width: int) -> int | None:
+        if self.option(case, "grid") == PER_REQUEST:  # to 0.5.12.post1: every live page is stored
+            return None
         # == width under either rule: P is padded to a multiple of the builder's pages per program
         return grid_pages(width, case.geometry.page_size, BUILDER_BLOCK_TOKENS)
 

@@ -29,6 +29,7 @@ NEEDS = {
     "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail", "npu_extend_dtype"),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
     "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": ("trtmha_graph_fill",),
+    "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]": ("trtmla_grid",),
 }
 # setting -> (component, field) of the learned section
 WHERE = {"ascend_rule": ("sglang-ascend-block-tables", "rule"), "dsa_rule": ("sglang-dsa-page-table", "rule"),
@@ -37,7 +38,8 @@ WHERE = {"ascend_rule": ("sglang-ascend-block-tables", "rule"), "dsa_rule": ("sg
          "npu_gather": ("allocator", "gather"), "npu_extend_tail": ("allocator", "extend_tail"),
          "npu_extend_dtype": ("allocator", "extend_dtype"),
          "trtmha_graph_fill": ("sglang-trtllm-mha-page-table", "graph_fill"),
-         "ascend_spec_fill": ("sglang-ascend-block-tables", "spec_fill")}
+         "ascend_spec_fill": ("sglang-ascend-block-tables", "spec_fill"),
+         "flashmla_grid": ("sglang-flashmla-page-table", "grid"), "trtmla_grid": ("sglang-trtllm-mla-page-table", "grid")}
 
 
 def _fact_value(version: EngineVersion, setting: str) -> tuple[Any, str | None]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.analysis.seeds import GLM_DSA, QWQ_NPU
+from workbench.backends.page_writes import GRID_OPTIONS
 from workbench.engines import learn_rules as lr
 from workbench.engines import learn_sglang_buffers as lb
 from workbench.engines import learn_sglang_pooled as lp
@@ -27,7 +28,7 @@ from workbench.engines.learn_session import Session, SessionDied, Sessions
 from workbench.engines.locate import Found, Wheel
 from workbench.engines.states import EXTEND_IN_PAGE, SEED_DECODE, State
 
-LEARNER = "sglang-buffers 11"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "sglang-buffers 12"  # raise when what is learned or how changes: every release is learned again
 SECTION = "buffers"
 WORKER = "workbench.engines.learn_sglang_worker"
 Progress = Callable[[str], None]
@@ -171,6 +172,8 @@ def _learn(session: Sessions, wheel: Wheel, modules: dict[str, Found | None], sa
                              **_learn_npu_extend(session, modules, say)}
     backends.setdefault("sglang-trtllm-mha-page-table", {}).update(_learn_trtmha_fill(session, modules, backends, say))
     backends.setdefault("sglang-ascend-block-tables", {}).update(_learn_ascend_spec_fill(session, modules, backends, say))
+    for component, grid in _learn_mla_grids(session, modules, backends, say).items():
+        backends.setdefault(component, {})["grid"] = grid
     backends.update(lp.learn_pooled(session, wheel, say))
     conformance: dict[str, Any] = {"module_paths": {k: {"module": f.module, "name": f.name, "found": f.where}
                                                     for k, f in modules.items() if f is not None}}
@@ -285,6 +288,26 @@ def _learn_ascend_spec_fill(session: Sessions, modules: dict[str, Found | None],
                               {fill: {"ascend_rule": rule, "ascend_spec_fill": fill}
                                for fill in ("step-reads", "verify-reads", "committed")}, say, module_key="ascend")
     return {"spec_fill": fact}
+
+
+def _learn_mla_grids(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any],
+                     say: Progress) -> dict[str, Any]:
+    """How FlashMLA and TRT-LLM MLA launch ``create_flashmla_kv_indices_triton`` (``grid``): a program
+    per request and block of the row (``row-blocks``) or one per request over all its pages
+    (``per-request``, to 0.5.12.post1), named by the builder's states; only where triton is cached."""
+    rows = {"sglang-flashmla-page-table": "kv_indices.create_flashmla_kv_indices_triton[flashmla]",
+            "sglang-trtllm-mla-page-table": "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]"}
+    setting = {"sglang-flashmla-page-table": "flashmla_grid", "sglang-trtllm-mla-page-table": "trtmla_grid"}
+    found: dict[str, Any] = {}
+    for component, function in rows.items():
+        rule = backends.get(component, {}).get("rule", {}).get("value")
+        if modules["kv_indices"] is None or rule is None or wheels.triton_dir() is None:
+            continue
+        found[component] = lb.learn_behaviour(
+            session, modules, function, f"{component} grid",
+            {grid: {setting[component]: grid, "backends": {component: {"rule": rule}}} for grid in GRID_OPTIONS},
+            say, triton=True, module_key="kv_indices")
+    return found
 
 
 def _learn_cuda_allocator(session: Sessions, modules: dict[str, Found | None], say: Progress) -> dict[str, Any]:

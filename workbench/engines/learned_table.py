@@ -29,6 +29,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("backends.sglang-trtllm-mha-page-table.graph_fill", "TRT MHA fill"),
     ("backends.sglang-flashmla-page-table.rule", "FlashMLA"),
     ("backends.sglang-trtllm-mla-page-table.rule", "TRT MLA"),
+    ("backends.sglang-trtllm-mla-page-table.grid", "TRT MLA grid"),
     ("backends.sglang-aiter-page-table.rule", "AITER"),
     ("backends.sglang-flashinfer-kv-indices.draft-decode", "FI draft"),
     ("backends.sglang-flashinfer-mla-kv-indices.draft-decode", "FI-MLA draft"),
@@ -47,7 +48,7 @@ SHORT = {"context": "ctx", "context-plus-draft": "ctx+D", "req-to-token": "W", "
          "paged-ctx-plus-draft": "pg·ctx+D", "cuda-masked": "after", "cuda-checked": "before",
          "max-num-tokens": "tok", "max-bs": "bs", "guarded": "guard", "unguarded": "unguard",
          "context-floor": "⌊ctx⌋", "step-reads": "reads", "verify-reads": "verify", "committed": "s",
-         "live-pages": "live", "row-width": "row"}
+         "live-pages": "live", "row-width": "row", "row-blocks": "blocks", "per-request": "req"}
 
 
 def _fact(section: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:

@@ -483,15 +483,12 @@ def engine_trtllm_mha_eager(builder: ModuleType, state: State, tables: dict[str,
 
 def _flashmla_grid(kv: ModuleType, bs: int, pages: int, page_size: int) -> tuple[int, ...]:
     """The grid the release's backend launches the FlashMLA index builder on: a program per
-    request and block of pages, the blocks counted from the row (``get_num_kv_index_blocks_flashmla``).
-    A release without that helper (0.5.12.post1 and before) launches one program per request that loops
-    over all of the request's pages: its stores are not bounded by the row's grid, which the
-    model assumes, so those rows are not run (a known gap, not an agreement)."""
+    request and block of pages, the blocks counted from the row (``get_num_kv_index_blocks_flashmla``);
+    a release without that helper (0.5.12.post1 and before) launches one program per request, which
+    loops over all of the request's pages (the model's ``grid`` option ``per-request``)."""
     blocks = getattr(kv, "get_num_kv_index_blocks_flashmla", None)
     if blocks is None:
-        raise Moved("this release launches create_flashmla_kv_indices_triton one program per request over all "
-                    "of its pages (no get_num_kv_index_blocks_flashmla): stores not bounded by the row's grid, "
-                    "not modelled")
+        return (bs,)
     return (bs, blocks(pages, page_size))
 
 

@@ -29,7 +29,7 @@ DEFAULT_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines.json"
 PSEUDO_VERSIONS = Path(__file__).resolve().parents[2] / "data" / "engines" / "pseudo.json"
 VERSION_FIELDS = ("width_gen",)  # fields a version sets for every component
 # the fields of a table backend or allocator a case takes (the string options among them: TableCase.options)
-CASE_FIELDS = ("rule", "replay", "gather", "spec_fill", "graph_fill")
+CASE_FIELDS = ("rule", "replay", "gather", "spec_fill", "graph_fill", "grid")
 SECTION = "buffers"
 
 
@@ -186,6 +186,15 @@ def engine_version(engine: str) -> EngineVersion:
     return versions[engine]
 
 
+def _unknown(fact: Mapping[str, object]) -> bool:
+    """A fact without a value that a default cannot stand for: not one the release lacks (absent: the
+    path it names is not taken) nor one whose candidates every state agreed with alike (each gives
+    the same tables, so the backend's default is as good)."""
+    if fact.get("value") is not None or fact.get("how") == "absent":
+        return False
+    return "do not tell" not in str(fact.get("finding", ""))
+
+
 def apply_engine(data: Mapping[str, object], component: str) -> dict[str, object]:
     """``data`` with its ``engine``'s fields for ``component`` filled in where it gives none."""
     engine = data.get("engine")
@@ -197,7 +206,9 @@ def apply_engine(data: Mapping[str, object], component: str) -> dict[str, object
     defaults = version.case_fields(component)
     for name in CASE_FIELDS:  # a field the release's code gave no value for, and the case none either
         fact = version.facts.get("backends", {}).get(component, {}).get(name)
-        if name not in defaults and name not in data and isinstance(fact, Mapping) and fact.get("value") is None:
+        if not isinstance(fact, Mapping) or not _unknown(fact):
+            continue
+        if name not in defaults and name not in data:
             why = fact.get("finding") or fact.get("reason") or "not measured"
             raise ValueError(f"engine: {engine} has no {name} for {component} ({why}); give {name} yourself")
     return {**defaults, **{k: v for k, v in data.items() if k != "engine"}}
