@@ -29,6 +29,7 @@ NEEDS = {
     "NPUPagedTokenToKVPoolAllocator.alloc_extend": ("npu_extend_tail", "npu_extend_dtype"),
     "PagedTokenToKVPoolAllocator": ("cuda_gather", "cuda_merge_bound"),
     "trtllm_mha_graph_metadata.update_trtllm_mha_graph_metadata": ("trtmha_graph_fill",),
+    "kv_indices.create_flashmla_kv_indices_triton[flashmla]": ("flashmla_grid",),
     "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]": ("trtmla_grid",),
 }
 # setting -> (component, field) of the learned section

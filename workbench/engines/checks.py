@@ -402,8 +402,8 @@ def _builder_states(function: str, b: Mapping[str, Any], rng: random.Random, cou
     if builder.component not in modelled:
         raise Moved(f"this version's entry in data/engines.json does not list {builder.component}")
     rule = str(modelled[builder.component].get("rule", "context"))
-    # a learned option the release's states could not tell apart (FlashMLA's grid: its width leaves no
-    # reachable read past the grid's end) is left at the backend's default, under which every state agrees
+    # a learned option the release's states could not tell apart is left at the backend's default,
+    # under which every one of those states agreed
     learned = {option: b[setting] for option, setting in builder.learned.items() if b.get(setting) is not None}
     yield from ({**state, **learned} for state in _builder_seeds(function))
     modes = tuple(mode.value for mode in backend.modes)

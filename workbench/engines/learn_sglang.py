@@ -290,11 +290,16 @@ def _learn_ascend_spec_fill(session: Sessions, modules: dict[str, Found | None],
     return {"spec_fill": fact}
 
 
+GRID_STATES = 200  # random states of the builder rows when naming the grid (about 7 s a row interpreted)
+
+
 def _learn_mla_grids(session: Sessions, modules: dict[str, Found | None], backends: dict[str, Any],
                      say: Progress) -> dict[str, Any]:
     """How FlashMLA and TRT-LLM MLA launch ``create_flashmla_kv_indices_triton`` (``grid``): a program
     per request and block of the row (``row-blocks``) or one per request over all its pages
-    (``per-request``, to 0.5.12.post1), named by the builder's states; only where triton is cached."""
+    (``per-request``, to 0.5.12.post1), named by the builder's states; only where triton is cached.
+    The two differ only where a read reaches past the grid's last block (FlashMLA: a request table
+    much wider than the context), so the row's full 200 states are run, not the usual 30."""
     rows = {"sglang-flashmla-page-table": "kv_indices.create_flashmla_kv_indices_triton[flashmla]",
             "sglang-trtllm-mla-page-table": "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]"}
     setting = {"sglang-flashmla-page-table": "flashmla_grid", "sglang-trtllm-mla-page-table": "trtmla_grid"}
@@ -306,7 +311,7 @@ def _learn_mla_grids(session: Sessions, modules: dict[str, Found | None], backen
         found[component] = lb.learn_behaviour(
             session, modules, function, f"{component} grid",
             {grid: {setting[component]: grid, "backends": {component: {"rule": rule}}} for grid in GRID_OPTIONS},
-            say, triton=True, module_key="kv_indices")
+            say, triton=True, module_key="kv_indices", count=GRID_STATES)
     return found
 
 

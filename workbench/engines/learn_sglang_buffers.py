@@ -172,11 +172,13 @@ def ask_width(session: Sessions, probe: str, found: Found, wheel: Wheel) -> dict
 
 def learn_behaviour(session: Sessions, found: Mapping[str, Found | None], function: str, key: str,
                     candidates: Mapping[str, Mapping[str, Any]], progress: Progress, triton: bool = False,
-                    module_key: str = "") -> Facts:
+                    module_key: str = "", count: int | None = None) -> Facts:
     """The candidate behaviour under which conformance row ``function`` agrees on every state
-    (``triton``: a row whose engine side is a Triton kernel, run by the triton worker)."""
+    (``triton``: a row whose engine side is a Triton kernel, run by the triton worker; ``count``:
+    random states, where the defaults are too few to tell the candidates apart)."""
+    default = LEARN_STATES_TRITON if triton else LEARN_STATES
     task = {"name": f"{function} ({key})", "kind": "check", "function": function, "module_paths": module_paths(found),
-            "candidates": candidates, "count": LEARN_STATES_TRITON if triton else LEARN_STATES,
+            "candidates": candidates, "count": default if count is None else count,
             "names": found_names(found)}
     answer = session.ask_triton(task) if triton else session.ask(task)
     if answer is None:

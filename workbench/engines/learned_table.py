@@ -28,6 +28,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("backends.sglang-trtllm-mha-page-table.rule", "TRT MHA"),
     ("backends.sglang-trtllm-mha-page-table.graph_fill", "TRT MHA fill"),
     ("backends.sglang-flashmla-page-table.rule", "FlashMLA"),
+    ("backends.sglang-flashmla-page-table.grid", "FlashMLA grid"),
     ("backends.sglang-trtllm-mla-page-table.rule", "TRT MLA"),
     ("backends.sglang-trtllm-mla-page-table.grid", "TRT MLA grid"),
     ("backends.sglang-aiter-page-table.rule", "AITER"),

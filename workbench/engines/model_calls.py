@@ -191,7 +191,7 @@ def model_page_builder(state: State, tables: dict[str, torch.Tensor], *, cache_s
         backend = backend_of(state["component"])
         case = TableCase(component=state["component"], geometry=geometry_of(state), rule=state["rule"],
                          mode=Mode.parse(state["mode"]), seq_lens=tuple(state["seq_lens"]), step_id=state["step_id"],
-                         options=tuple((name, state[name]) for name in backend.case_options if name in state))
+                         options=backend.options_of(state))
         backend.replay(table, tables["req_to_token"], list(range(1, bs + 1)), state["seq_lens"],
                                           case, num_slots=0)
         answer = ok(page_table=tensor(table.page_table))
