@@ -46,7 +46,7 @@ def test_the_file_is_named_by_device_and_carries_its_facts(written: tuple[Path, 
     assert set(frame.device_kind) == {"cpu"} and set(frame.device_name) == {info.name}
     assert set(frame.torch_version) == {torch.__version__}
     assert f"wrote {path} ({len(frame)} rows" in text
-    assert frame.groupby("section").size().to_dict() == {"seed": 6, "memory": 6, "replay-cost": 9}
+    assert frame.groupby("section").size().to_dict() == {"seed": 6, "memory": 7, "replay-cost": 10}
 
 
 def test_seed_rows_reproduce_the_spec(written: tuple[Path, pd.DataFrame, str]) -> None:
@@ -59,8 +59,8 @@ def test_seed_rows_reproduce_the_spec(written: tuple[Path, pd.DataFrame, str]) -
 def _expected_bytes(component: str, rule: str) -> tuple[int, int]:
     """(rows, bytes) of the quick preset: ctx 4096, ps 64, D 6, max_bs 4, G1 so W = 4096 + 4 + 6 = 4106."""
     ctx, ps, d, max_bs, w = 4096, 64, 6, 4, 4106
-    if component == "npu-block-table":  # pages: cdiv(ctx, ps), (ctx + ps - 1 + D) // ps, max(that, cdiv(W, ps))
-        pages = {"context": cdiv(ctx, ps), "context-plus-draft": (ctx + ps - 1 + d) // ps,
+    if component == "npu-block-table":  # pages: ctx // ps, cdiv(ctx, ps), (ctx + ps - 1 + D) // ps, max(that, cdiv(W, ps))
+        pages = {"context-floor": ctx // ps, "context": cdiv(ctx, ps), "context-plus-draft": (ctx + ps - 1 + d) // ps,
                  "req-to-token": max((ctx + ps - 1 + d) // ps, cdiv(w, ps))}[rule]
         return max_bs, max_bs * pages * 4
     tokens = {"context": ctx, "context-plus-draft": ctx + d, "req-to-token": w}[rule]

@@ -21,6 +21,9 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
 # (release, field) -> (read by hand, learned): each explained in the README.
 CHANGED: dict[tuple[str, str], tuple[Any, Any]] = {
+    # read as ``ctx // ps``, which no rule of the model gave then (None); now the rule context-floor, measured
+    **{(f"sglang=={v}", "backends.sglang-ascend-block-tables.rule"): (None, "context-floor")
+       for v in ("0.5.2", "0.5.3", "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.4.post1")},
     ("sglang==0.5.4.post2", "backends.sglang-ascend-block-tables.rule"): (None, "context"),
     ("sglang==0.5.4.post3", "backends.sglang-ascend-block-tables.rule"): (None, "context"),
     ("sglang==0.5.4", "backends.sglang-dsa-page-table.replay"): ("dynamic", None),

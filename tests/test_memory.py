@@ -12,7 +12,7 @@ from reference import ceil_div, request_table_width
 from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import TableCase
 from workbench.analysis.memory import buffer_bytes, load_presets, memory_table, min_safe_width
-from workbench.backends import RULE_NAMES, backend_of
+from workbench.backends import backend_of
 from workbench.backends.sglang_dsa_page_table import Replay
 from workbench.model.geometry import Mode, ServingGeometry
 
@@ -122,7 +122,8 @@ def test_bad_presets_name_the_field(tmp_path: Path, change: dict[str, object], n
 def test_memory_table(tmp_path: Path) -> None:
     tiny = load_presets(_write(tmp_path, [_good()]))
     frame = memory_table(tiny)
-    assert len(frame) == 2 * len(RULE_NAMES)
+    # one row per rule of each default table: the NPU's four (context-floor among them), DSA's three
+    assert len(frame) == len(backend_of("npu-block-table").rules) + len(backend_of("dsa-page-table").rules) == 7
     npu = frame[frame.component == "npu-block-table"].set_index("rule")
     # ctx 1024, ps 16, D 4: W = 1032; context rule 64 pages, safe cdiv(1032, 16) = 65 pages, 2 rows.
     assert npu.loc["context", "bytes"] == 2 * 64 * 4 and npu.loc["context", "min_safe_bytes"] == 2 * 65 * 4

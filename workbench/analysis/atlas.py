@@ -359,6 +359,11 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
     g = ServingGeometry(context_len=int(row.context_len), page_size=int(row.page_size), draft_tokens=int(row.draft_tokens),
                         spec_steps=int(row.spec_steps), spec_topk=int(row.spec_topk), draft_has_kv=bool(row.draft_has_kv),
                         max_bs=1, width_gen=str(row.width_gen))
+    if g.speculative and g.max_committed_len(Mode.TARGET_VERIFY) < g.context_len - 1:
+        # g0 (0.5.0rc2: W = ctx + 4): a verify at the scheduler's cap writes its drafts past the request
+        # table itself, which a serving run here cannot hold: no run, said so (not counted as confirmed)
+        return {"run_model": "none: the request table cannot hold a verify at ctx - 1 (width generation g0)",
+                "run_committed_len": None, "run_outcome": None, "run_confirmed": None}
     # A draft-extend row's lengths are the batch's committed length plus its window (spec v2: D):
     # the run walks committed lengths, so it aims that much lower and replays draft-extend with it.
     window = 0
@@ -368,8 +373,10 @@ def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
     expected = first - window if g.speculative else first - 1
     prompt = max(1, min(expected, g.context_len - 2) - lead)
     trace = [1] * max(0, g.context_len - 2 - prompt) + [overshoot + 1] * 4
+    version = load_versions().get(str(row.engine))  # the release's case options (its learned fields)
+    options = backend.options_of(version.case_fields(backend.name)) if version is not None else ()
     config = SimConfig(geometry=g, rule=str(row.rule), components=(str(row.backend),), modes=(str(row["mode"]),),
-                       replay=Replay.parse(str(row.replay)), overshoot=overshoot, stop_on_failure=False,
+                       replay=Replay.parse(str(row.replay)), options=options, overshoot=overshoot, stop_on_failure=False,
                        acceptance=Acceptance(kind="trace", trace=tuple(trace)), conservativeness=0.0,
                        draft_extend_window=window)
     run = simulate(config, Workload(trace=(Request(0, prompt, g.context_len + overshoot - prompt),)), seed=0)

@@ -17,7 +17,6 @@ also exits when that process does. ``workbench engines stop`` stops them all.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import select
@@ -25,7 +24,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,6 +34,7 @@ from workbench.engines.launch_adapters import (
     resolution_from_json,
     to_json,
 )
+from workbench.files import exclusive
 
 START_SECONDS = 600  # loading a release on a busy 2-core machine; past this the start has failed
 ANSWER_SECONDS = 240
@@ -126,15 +125,9 @@ def _reachable(path: Path) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def _lock(path: Path) -> contextlib.AbstractContextManager[None]:
     """One starter per release and GPU: a second caller waits for the first one's process."""
-    with open(path.with_suffix(".lock"), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return exclusive(path.with_suffix(".lock"))
 
 
 def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, owner: bool, progress: IO[str] | None,

@@ -47,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.files import exclusive
+
 # Packages the allocator and attention modules import at module level whose stand-in would not be
 # enough (msgspec structs, pydantic models, transformers' config classes the model registry
 # subclasses). Installed with their own dependencies (never torch: none of them needs it), at the
@@ -168,8 +170,18 @@ def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
         raise FetchError(f"{engine} is not in the workbench's engine cache ({cache_root()}) and fetching is off "
                          f"(WORKBENCH_NO_FETCH): `workbench engines fetch {engine}` fetches it")
     name, version = split_engine(engine)
-    if name in SLIM_FAMILIES:
-        return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
+    # one fetch of a release at a time (two test workers, two notebooks): the second waits and finds it cached
+    with exclusive(cache_root() / "locks" / f"{name}-{version}.lock"):
+        found = cached(engine)
+        if found is not None:
+            return found
+        if name in SLIM_FAMILIES:
+            return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
+        return _fetch_full(engine, name, version)
+
+
+def _fetch_full(engine: str, name: str, version: str) -> EngineInstall:
+    """A whole wheel unpacked, its small dependencies installed beside it (SGLang's)."""
     folder = cache_root() / f"{name}-{version}"
     found = _await_other_fetch(engine, folder)
     if found is not None:
@@ -522,14 +534,15 @@ def triton_dir() -> Path | None:
 
 def fetch_triton() -> Path:
     folder = cache_root() / "triton"
-    if (folder / "ready").exists():
+    with exclusive(cache_root() / "locks" / "triton.lock"):
+        if (folder / "ready").exists():
+            return folder / "site"
+        shutil.rmtree(folder, ignore_errors=True)
+        got = _pip("install", "--no-deps", "--target", str(folder / "site"), "triton")
+        if got.returncode != 0:
+            raise FetchError(f"cannot fetch triton: {_last_line(got.stderr)}")
+        (folder / "ready").write_text("triton\n")
         return folder / "site"
-    shutil.rmtree(folder, ignore_errors=True)
-    got = _pip("install", "--no-deps", "--target", str(folder / "site"), "triton")
-    if got.returncode != 0:
-        raise FetchError(f"cannot fetch triton: {_last_line(got.stderr)}")
-    (folder / "ready").write_text("triton\n")
-    return folder / "site"
 
 
 def fetch_triton_release(version: str) -> Path:

@@ -10,6 +10,7 @@ A module that does not import, a method that is not there, or a stand-in that is
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -100,10 +101,8 @@ def _preload(module_paths: dict[str, str]) -> None:
     first, as the NPU allocator's module does), and conformance must load a release as the learning
     that named its values did."""
     for name in sorted(set(module_paths.values())):
-        try:
+        with contextlib.suppress(BaseException):  # the check importing it says why, in its rows
             importlib.import_module(name)
-        except BaseException:  # noqa: BLE001, S110 - the check importing it says why, in its rows
-            pass
 
 
 def run(job: dict[str, Any], announce: Callable[[str], None] = lambda function: None) -> Iterator[Row]:

@@ -99,9 +99,13 @@ def allocator_verdicts(exact_fit: pd.DataFrame) -> pd.DataFrame:
 def fix_cost(memory: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """The memory table's rows of every rule but ``baseline`` with the bytes each takes beyond the
     baseline rule of the same preset and component: ``extra_bytes`` and ``extra_ppb`` (parts per
-    billion of the preset's KV budget). A zero says the rule is as wide as the baseline there."""
+    billion of the preset's KV budget). A zero says the rule is as wide as the baseline there. A
+    rule that is nowhere wider than the baseline (an older rule, such as Ascend's ``context-floor``)
+    is no fix of it and is left out."""
     key = ["preset", "component"]
     base = memory[memory["rule"] == baseline][[*key, "bytes"]].rename(columns={"bytes": "baseline_bytes"})
     merged = memory[memory["rule"] != baseline].merge(base, on=key, how="inner")
     extra = merged["bytes"] - merged["baseline_bytes"]
-    return merged.assign(baseline=baseline, extra_bytes=extra, extra_ppb=extra / merged["kv_budget_bytes"] * 1e9)
+    merged = merged.assign(baseline=baseline, extra_bytes=extra, extra_ppb=extra / merged["kv_budget_bytes"] * 1e9)
+    wider = merged.groupby(["component", "rule"])["extra_bytes"].transform("max") > 0
+    return merged[wider].reset_index(drop=True)

@@ -203,7 +203,7 @@ class _Engine:
         for mode in config.replayed_modes:
             step_id = g.spec_steps - 1 if mode is Mode.DRAFT_DECODE else 0
             step_case = TableCase(component="", geometry=g, rule=config.rule, mode=mode, step_id=step_id,
-                                  replay=config.replay)
+                                  replay=config.replay, options=config.options)
             for name in config.components:
                 backend = backends.backend_of(name)
                 if backend.mode_problem(mode) or g.invalid_mode_reason(mode, step_id):

@@ -202,6 +202,8 @@ class SimConfig:
     overshoot: int = 0
     acceptance: Acceptance = Acceptance()
     replay: Replay = Replay.DYNAMIC  # for the backends that have a static replay (DSA)
+    # a release's string case options (TableCase.options, e.g. Ascend's spec_fill), sorted pairs
+    options: tuple[tuple[str, str], ...] = ()
     components: tuple[str, ...] = backends.DEFAULT_COMPONENTS  # the tables each step replays
     # The graphs each step replays, for every component that captures them (draft-decode at the
     # drafter's last step, which reads furthest). Empty: the step's own mode only (``mode``).
@@ -238,9 +240,10 @@ class SimConfig:
 
     @property
     def max_overshoot(self) -> int:
-        """Tokens past ``ctx - 1`` a verify can still write its drafts for (0 without speculation)."""
+        """Tokens past ``ctx - 1`` a verify can still write its drafts for (0 without speculation, and
+        where the request table cannot hold a verify at ``ctx - 1`` at all: width generation g0)."""
         g = self.geometry
-        return g.max_committed_len(Mode.TARGET_VERIFY) - (g.context_len - 1) if g.speculative else 0
+        return max(0, g.max_committed_len(Mode.TARGET_VERIFY) - (g.context_len - 1)) if g.speculative else 0
 
     @property
     def pool_pages(self) -> int:
