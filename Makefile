@@ -11,11 +11,12 @@ setup:
 report: setup
 	$(PY) -m workbench --device $(DEVICE) report --out $(OUT)
 
-# One pytest worker per core (pytest-xdist); a module's tests, and the small report's, stay on one
-# worker (tests/conftest.py). TEST_JOBS=0 runs them in this process, one after another.
+# One pytest worker per core (pytest-xdist); a file's tests stay on one worker, so its module
+# fixtures are made once (the session's small report is made by each worker that runs a file using
+# it). TEST_JOBS=0 runs every test in this process, one after another.
 TEST_JOBS ?= auto
 test: setup
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 
 # Every SGLang release learned from its own code (resumable: a release already learned from the same
 # wheel by the same learner is skipped), the atlas's settings asked of each one's start-up checks,

@@ -29,17 +29,6 @@ def _one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (``make test``): a test module runs on one worker
-    (its module fixtures are made once), and every test of the session's small report on one worker
-    (the notebooks run once); without xdist the marks do nothing."""
-    for item in items:
-        module = getattr(item, "module", None)
-        group = ("small-report" if "small_report" in getattr(item, "fixturenames", ())
-                 else module.__name__ if module is not None else item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here rather than in pyproject.toml so that adding them does not re-run set-up.
     config.addinivalue_line("markers", "engine: runs a released engine's code (fetched once into the cache); "
