@@ -299,19 +299,20 @@ def _learn_mla_grids(session: Sessions, modules: dict[str, Found | None], backen
     per request and block of the row (``row-blocks``) or one per request over all its pages
     (``per-request``, to 0.5.12.post1), named by the builder's states; only where triton is cached.
     The two differ only where a read reaches past the grid's last block (FlashMLA: a request table
-    much wider than the context), so the row's full 200 states are run, not the usual 30."""
-    rows = {"sglang-flashmla-page-table": "kv_indices.create_flashmla_kv_indices_triton[flashmla]",
-            "sglang-trtllm-mla-page-table": "kv_indices.create_flashmla_kv_indices_triton[trtllm-mla]"}
-    setting = {"sglang-flashmla-page-table": "flashmla_grid", "sglang-trtllm-mla-page-table": "trtmla_grid"}
+    much wider than the context), so the row's full 200 states are run, not the usual 30. The rows
+    and settings are the conformance builders' that learn a ``grid`` (``checks.BUILDERS``)."""
+    from workbench.engines.checks import BUILDERS
+
     found: dict[str, Any] = {}
-    for component, function in rows.items():
-        rule = backends.get(component, {}).get("rule", {}).get("value")
-        if modules["kv_indices"] is None or rule is None or wheels.triton_dir() is None:
+    for function, builder in BUILDERS.items():
+        setting = builder.learned.get("grid")
+        rule = backends.get(builder.component, {}).get("rule", {}).get("value")
+        if setting is None or modules[builder.module] is None or rule is None or wheels.triton_dir() is None:
             continue
-        found[component] = lb.learn_behaviour(
-            session, modules, function, f"{component} grid",
-            {grid: {setting[component]: grid, "backends": {component: {"rule": rule}}} for grid in GRID_OPTIONS},
-            say, triton=True, module_key="kv_indices", count=GRID_STATES)
+        found[builder.component] = lb.learn_behaviour(
+            session, modules, function, f"{builder.component} grid",
+            {grid: {setting: grid, "backends": {builder.component: {"rule": rule}}} for grid in GRID_OPTIONS},
+            say, triton=True, module_key=builder.module, count=GRID_STATES)
     return found
 
 
