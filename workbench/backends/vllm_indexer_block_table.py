@@ -104,7 +104,9 @@ class IndexerVersion:
 
     table_alignment: str  # a key of ALIGNMENTS
     buffer_alignment: str  # a key of ALIGNMENTS, or "table": the table's own width
-    table_rebuilt_when: str  # "block-sizes-change" (0.23.0) or "widths-change" (0.33.0)
+    # "block-sizes-change" (0.23.0), "widths-change" (0.33.0) or "kv-cache-init" (0.34.0: built
+    # once the KV cache is known, so from the final length as after a rebuild)
+    table_rebuilt_when: str
 
 
 FIELDS = ("table_alignment", "buffer_alignment", "table_rebuilt_when")
@@ -135,7 +137,7 @@ class IndexerCase(BackendCase):
 
 def table_width(case: IndexerCase, version: IndexerVersion) -> int:
     """The block table's blocks: sized at start-up, and rebuilt in 0.33.0 once a width changes."""
-    length = case.max_model_len if version.table_rebuilt_when == "widths-change" else case.built_len
+    length = case.max_model_len if version.table_rebuilt_when in ("widths-change", "kv-cache-init") else case.built_len
     return ALIGNMENTS[version.table_alignment](cdiv(length, case.block_size * case.dcp), case.block_size)
 
 

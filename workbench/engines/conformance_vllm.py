@@ -146,7 +146,8 @@ def _case(state: Sequence[int], rows: int = 4) -> ib.IndexerCase:
 
 
 def table_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
-    function = "MultiGroupBlockTable (block table width)"
+    table = buffers["located"]["block_table"]["found"].rsplit(".", 1)[-1]  # MultiGroupBlockTable; BlockTables from 0.34.0
+    function = f"{table} (block table width)"
     fact = buffers["backends"][ib.NAME]["table_alignment"]
     if fact.get("how") != "measured" or fact.get("value") is None:
         return _skipped(function, f"no measured table alignment ({fact.get('reason') or fact.get('finding')})")

@@ -230,7 +230,7 @@ def rebuilt_when(install: wheels.EngineInstall) -> dict[str, Any]:
     relative = "vllm/v1/worker/gpu_model_runner.py"
     path = install.src / relative
     if not path.exists():
-        return lr.absent_fact("the release has no v1 GPU model runner", relative)
+        return _built_at_kv_cache_init(install) or lr.absent_fact("the release has no v1 GPU model runner", relative)
     lines = path.read_text(errors="replace").splitlines()
     start = next((i for i, line in enumerate(lines) if "def may_reinitialize_input_batch" in line), None)
     if start is None:
@@ -247,6 +247,29 @@ def rebuilt_when(install: wheels.EngineInstall) -> dict[str, Any]:
     value = "widths-change" if "max_num_blocks" in condition else "block-sizes-change"
     return {"value": value, "how": "read", "source": f"{relative}:{first + 1}-{last + 1}",
             "reason": "the model runner rebuilds its input batch after the KV cache is allocated on the device"}
+
+
+def _built_at_kv_cache_init(install: wheels.EngineInstall) -> dict[str, Any] | None:
+    """``kv-cache-init`` where only the second model runner is left (0.34.0 on) and it builds its
+    ``BlockTables`` inside ``initialize_kv_cache``: once, from the KV cache's own groups and the
+    final ``max_model_len``, so there is no start-up table to rebuild."""
+    relative = "vllm/v1/worker/gpu/model_runner.py"
+    path = install.src / relative
+    if not path.exists():
+        return None
+    lines = path.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if "def initialize_kv_cache" in line), None)
+    if start is None:
+        return None
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent), len(lines))
+    built = next((i for i in range(start, end) if "self.block_tables = BlockTables(" in lines[i]), None)
+    if built is None:
+        return None
+    return {"value": "kv-cache-init", "how": "read", "source": f"{relative}:{built + 1}",
+            "reason": "the second model runner builds its block tables in initialize_kv_cache, once the KV cache's "
+                      "groups are known, from the final max_model_len"}
 
 
 def _parser_sections(session: Session, say: Progress) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -6,7 +6,11 @@ Each buffer is found by what the release defines, never by its version number (`
 * the v1 block table's width: ``MultiGroupBlockTable`` (built as the model runner builds it:
   from ``max_model_len`` where it takes one, else from the group's ``max_num_blocks`` that
   ``AttentionSpec.max_num_blocks_per_req`` gives), or, where the table only takes a width the
-  runner computes inline, nothing to call (the learner reads that line);
+  runner computes inline, nothing to call (the learner reads that line); from 0.34.0, where only
+  the second model runner is left (``vllm/v1/worker/gpu/``), its ``BlockTables``, given the width
+  its runner's ``initialize_kv_cache`` composes of two of the release's functions
+  (``max_num_blocks_per_req``, then ``get_block_table_width``; ``RUNNER_WIDTH_CALLS`` must
+  both appear in that method, or nothing is measured);
 * the DSA indexer's ``expanded_block_table_buffer``: ``DeepseekV32IndexerMetadataBuilder``
   constructed by its own ``__init__`` on an engine config the release built
   (``create_engine_config`` on a small DSA model), its width read off the tensor it allocated;
@@ -29,6 +33,9 @@ from collections.abc import Iterator
 from typing import Any
 
 BLOCK_TABLE = "vllm.v1.worker.block_table"
+RUNNER_TABLE = "vllm.v1.worker.gpu.block_table"  # the second model runner's (the only one from 0.34.0)
+RUNNER = "vllm.v1.worker.gpu.model_runner"
+RUNNER_WIDTH_CALLS = ("max_num_blocks_per_req(", "get_block_table_width(", "BlockTables(")
 INDEXER = "vllm.v1.attention.backends.mla.indexer"
 V0_RUNNER = "vllm.worker.model_runner"
 V0_BUILDERS = {"flash-attn": ("vllm.attention.backends.flash_attn", "FlashAttentionMetadataBuilder"),
@@ -57,15 +64,15 @@ def _source(obj: Any) -> str:
 
 
 @contextlib.contextmanager
-def cp_size(dcp: int, modules: tuple[str, ...]) -> Iterator[None]:
-    """``get_total_cp_world_size()`` and ``get_dcp_group().world_size`` answer ``dcp`` in ``modules``."""
-    group = types.SimpleNamespace(world_size=dcp, rank_in_group=0)
+def answering(modules: tuple[str, ...], answers: dict[str, Any]) -> Iterator[None]:
+    """Each name of ``answers`` that a module of ``modules`` defines is the given value, for the
+    duration (module-level functions the release's code calls by their module's name)."""
     saved: list[tuple[types.ModuleType, str, Any]] = []
     for name in modules:
         module = _module(name)
         if module is None:
             continue
-        for attribute, value in (("get_total_cp_world_size", lambda: dcp), ("get_dcp_group", lambda: group)):
+        for attribute, value in answers.items():
             if attribute in vars(module):
                 saved.append((module, attribute, vars(module)[attribute]))
                 setattr(module, attribute, value)
@@ -74,6 +81,12 @@ def cp_size(dcp: int, modules: tuple[str, ...]) -> Iterator[None]:
     finally:
         for module, attribute, value in saved:
             setattr(module, attribute, value)
+
+
+def cp_size(dcp: int, modules: tuple[str, ...]) -> contextlib.AbstractContextManager[None]:
+    """``get_total_cp_world_size()`` and ``get_dcp_group().world_size`` answer ``dcp`` in ``modules``."""
+    group = types.SimpleNamespace(world_size=dcp, rank_in_group=0)
+    return answering(modules, {"get_total_cp_world_size": lambda: dcp, "get_dcp_group": lambda: group})
 
 
 # ---- locating -------------------------------------------------------------------------------------
@@ -95,6 +108,8 @@ def locate() -> dict[str, Any]:
     elif table is not None and hasattr(table, "BlockTable"):
         found["block_table"] = {"found": None, "takes": "max_num_blocks_per_req", "source": _source(table.BlockTable),
                                 "searched": f"{BLOCK_TABLE}: BlockTable takes the width the model runner computes"}
+    elif (runner_table := _runner_block_tables()) is not None:
+        found["block_table"] = runner_table
     else:
         found["block_table"] = {"found": None, "searched": f"{BLOCK_TABLE} (no v1 block table)"}
     indexer = _module(INDEXER)
@@ -118,6 +133,20 @@ def locate() -> dict[str, Any]:
             builders[backend] = {"found": f"{module_name}.{class_name}.build", "source": _source(cls.build)}
     found["v0_builders"] = builders
     return found
+
+
+def _runner_block_tables() -> dict[str, Any] | None:
+    """The second model runner's ``BlockTables``, where the runner's ``initialize_kv_cache``
+    computes its widths with the calls of ``RUNNER_WIDTH_CALLS`` (else None: nothing known to call)."""
+    table = _module(RUNNER_TABLE)
+    tables = getattr(table, "BlockTables", None) if table else None
+    runner = _module(RUNNER) if tables is not None else None
+    method = getattr(getattr(runner, "GPUModelRunner", None), "initialize_kv_cache", None)
+    if method is None or not all(call in inspect.getsource(method) for call in RUNNER_WIDTH_CALLS):
+        return None
+    dcp = "cp_size" in inspect.signature(tables).parameters
+    return {"found": f"{RUNNER_TABLE}.BlockTables", "takes": "runner-width", "source": _source(tables),
+            "width_from": _source(method), "dcp": dcp}
 
 
 # ---- the v1 block table -----------------------------------------------------------------------------
@@ -145,6 +174,8 @@ def block_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
     """The width of the block table the model runner builds for one attention group."""
     import torch
 
+    if _module(BLOCK_TABLE) is None:
+        return _runner_table_width(max_model_len, block_size, dcp)
     module = importlib.import_module(BLOCK_TABLE)
     cls = module.MultiGroupBlockTable
     known: dict[str, Any] = {"max_num_reqs": 2, "max_model_len": max_model_len, "max_num_batched_tokens": 8,
@@ -163,6 +194,34 @@ def block_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
     first = table.block_tables[0]
     width = getattr(first, "max_num_blocks_per_req", None)
     return int(width) if width is not None else int(first.block_table.shape[1])
+
+
+def _runner_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
+    """The second model runner's table for one full-attention group: the width its
+    ``initialize_kv_cache`` passes (the group's ``max_num_blocks_per_req``, then
+    ``get_block_table_width`` with the spec's token alignment), read off the ``BlockTables`` made with it."""
+    import torch
+
+    specs = importlib.import_module("vllm.v1.kv_cache_interface")
+    spec = attention_spec(block_size)
+    config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+        decode_context_parallel_size=dcp, prefill_context_parallel_size=1))
+    blocks = specs.get_block_table_width(spec.max_num_blocks_per_req(config, max_model_len), spec.block_size,
+                                         token_alignment=spec.block_table_token_alignment)
+    cls = importlib.import_module(RUNNER_TABLE).BlockTables
+    known = {"block_sizes": [block_size], "max_num_reqs": 2, "max_num_batched_tokens": 8,
+             "max_num_blocks_per_group": [blocks], "device": torch.device("cpu"), "cp_size": dcp}
+    with _host_buffers_unpinned():
+        tables = cls(**_fill(cls, known))
+    return int(tables.block_tables[0].gpu.shape[1])
+
+
+def _host_buffers_unpinned() -> contextlib.AbstractContextManager[None]:
+    """The runner's host staging buffers in plain memory: the stand-in platform is a GPU, so they
+    would ask for pinned (or UVA) memory, which a CPU-only torch cannot allocate. Their size is
+    not what is measured; the table is a device tensor of its own."""
+    return answering(("vllm.v1.worker.gpu.buffer_utils",),
+                     {"is_uva_available": lambda: False, "is_pin_memory_available": lambda: False})
 
 
 # ---- the DSA indexer ----------------------------------------------------------------------------------
