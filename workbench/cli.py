@@ -162,7 +162,10 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
                         help="the README's table: every learned release's buffers and how each was obtained")
     fetch = what.add_parser("fetch", help="fetch releases' wheels into the workbench's cache (what a check or "
                                           "learning would fetch on first use), e.g. before going offline")
-    fetch.add_argument("engine", nargs="+", help="NAME==VERSION, or NAME for every listed release of it")
+    fetch.add_argument("engine", nargs="*", help="NAME==VERSION, or NAME for every listed release of it")
+    fetch.add_argument("--triton", action="store_true",
+                       help="also fetch triton (about 1 GB, shared by every release): a check of a model whose class "
+                            "imports Triton kernels (Qwen3.5's) reads it as a CUDA deployment does")
     what.add_parser("stop", help="stop every engine process (the processes that read launch commands)")
     what.add_parser("running", help="list the engine processes")
     for action, text in (("learn-launch", "load releases and record their parser and resolution (NAME/VERSION.json)"),
@@ -179,7 +182,10 @@ def _engines(args: argparse.Namespace, out: IO[str]) -> int:
     if args.engines_command in ("stop", "running", "learn-launch", "learn-parser", "learn-startup", "launch-table"):
         return _engine_processes(args.engines_command, getattr(args, "engine", None), out)
     if args.engines_command == "fetch":
-        return _fetch(args.engine, out)
+        if not args.engine and not args.triton:
+            print("workbench engines fetch: give NAME==VERSION (or NAME), or --triton", file=sys.stderr)
+            return 2
+        return _fetch(args.engine, out, triton=args.triton)
     if args.engines_command == "learn":
         from workbench.engines.learn import main as learn
 
@@ -477,12 +483,21 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     return status
 
 
-def _fetch(asked: list[str], out: IO[str]) -> int:
-    """Each release's wheel into the cache, one line per release; 1 when any could not be had."""
+def _fetch(asked: list[str], out: IO[str], *, triton: bool = False) -> int:
+    """Each release's wheel into the cache, one line per release (and triton's, when asked);
+    1 when any could not be had."""
     from workbench.engines import releases, wheels
 
     engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
     failed = 0
+    if triton:
+        print(f"workbench: triton: {'cached' if wheels.triton_dir() is not None else 'fetching (about 1 GB)'}",
+              file=sys.stderr)
+        try:
+            out.write(f"{'triton':<28} {wheels.fetch_triton()}\n")
+        except wheels.FetchError as err:
+            failed += 1
+            out.write(f"{'triton':<28} missing: {err}\n")
     for number, engine in enumerate(engines, 1):
         where = "cached" if wheels.cached(engine) is not None else "fetching"
         print(f"workbench: [{number}/{len(engines)}] {engine}: {where}", file=sys.stderr)

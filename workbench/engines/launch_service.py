@@ -17,6 +17,7 @@ also exits when that process does. ``workbench engines stop`` stops them all.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -92,8 +93,10 @@ def _make_room(keep: Path) -> None:
     stop_all(paths=sorted(live, key=last_use)[:surplus])
 
 
-def socket_path(engine: str, gpu: str) -> Path:
-    return run_dir() / f"{engine.replace('==', '-')}-{gpu}.sock"
+def socket_path(engine: str, gpu: str, libraries: tuple[str, ...] = ()) -> Path:
+    """The engine process's socket; one with optional libraries (``with_libraries``) has its own."""
+    extra = "".join(f"+{name}" for name in libraries)
+    return run_dir() / f"{engine.replace('==', '-')}-{gpu}{extra}.sock"
 
 
 def _send(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -141,8 +144,10 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
     env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])})
     if progress is not None:
-        progress.write(f"workbench: loading {install.engine}'s parser and resolution on a stand-in {gpu_json['name']} "
-                       "(once; later checks reuse it)...\n")
+        libraries = path.stem.split("+")[1:]  # socket_path names the optional libraries
+        with_paths = f" with {' and '.join(libraries)}" if libraries else ""
+        progress.write(f"workbench: loading {install.engine}'s parser and resolution on a stand-in {gpu_json['name']}"
+                       f"{with_paths} (once; later checks reuse it)...\n")
         progress.flush()
     started = time.monotonic()
     with open(log, "w") as log_stream:
@@ -168,15 +173,20 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
     return ready
 
 
-def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool, progress: IO[str] | None) -> Path:
-    """The socket of a live engine process for this release and GPU, started when there is none."""
-    path = socket_path(install.engine, str(gpu_json["name"]))
+def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool, progress: IO[str] | None,
+           libraries: tuple[str, ...] = ()) -> Path:
+    """The socket of a live engine process for this release and GPU (and optional libraries,
+    ``with_libraries``), started when there is none."""
+    path = socket_path(install.engine, str(gpu_json["name"]), libraries)
     if _reachable(path):
         return path
     with _lock(path):
         if not _reachable(path):
             path.unlink(missing_ok=True)
             _make_room(path)
+            if libraries:
+                _start(install, gpu_json, path, owner, progress, [str(p) for p in library_paths(install, libraries)])
+                return path
             ready = _start(install, gpu_json, path, owner, progress)
             if _needs_torchvision(ready) and install.torchvision.exists():
                 # Some releases' pinned transformers refuse to register the engine's image processors
@@ -204,18 +214,59 @@ def _needs_torchvision(ready: dict[str, Any]) -> bool:
     return "torchvision" in said or "invalid version: 'n/a'" in said
 
 
+def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> list[Path] | None:
+    """The cache's folder of each optional library, or None when one cannot be had: torchvision
+    (with Pillow, about 30 MB) is fetched here on first use; triton (about 1 GB) only when asked
+    for (``workbench engines fetch --triton``)."""
+    paths = []
+    for name in libraries:
+        if name == "torchvision":
+            try:
+                paths.append(wheels.fetch_vision())
+            except wheels.FetchError:
+                return None
+        elif name == "triton" and wheels.triton_dir() is not None:
+            paths.append(wheels.triton_dir())
+        else:
+            return None
+    return paths
+
+
 def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,
             progress: IO[str] | None | Stderr = STDERR) -> Resolution:
-    """The engine's reading of ``request``, from the release's engine process."""
+    """The engine's reading of ``request``, from the release's engine process; asked again of a
+    process that has the libraries a real deployment has, when their absence stopped it (``needs``:
+    the model class of Qwen3.5 wants triton, then torchvision)."""
     progress = progress_stream(progress)
-    path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
+    libraries: tuple[str, ...] = ()
+    answer = resolution_from_json(_ask(request, install, owner, progress, libraries))
+    stopped: list[str] = []
+    while answer.needs and not set(answer.needs) <= set(libraries):
+        wanted = tuple(sorted({*libraries, *answer.needs}))
+        if library_paths(install, wanted) is None:
+            missing = " and ".join(n for n in wanted if library_paths(install, (n,)) is None)
+            return dataclasses.replace(answer, message=f"{answer.message}; every CUDA deployment of it has {missing}, "
+                                                       "which the workbench's cache has not: `workbench engines fetch "
+                                                       "--triton` fetches it (about 1 GB), then check again")
+        stopped.append(f"without {' and '.join(n for n in wanted if n not in libraries)}: {answer.message}")
+        libraries = wanted
+        answer = resolution_from_json(_ask(request, install, owner, progress, libraries))
+    if not libraries:
+        return answer
+    note = (f"read by an engine process with {' and '.join(libraries)}, which every CUDA deployment of it has "
+            f"({'; '.join(stopped)})")
+    return dataclasses.replace(answer, notes=(*answer.notes, note))
+
+
+def _ask(request: LaunchRequest, install: wheels.EngineInstall, owner: bool, progress: IO[str] | None,
+         libraries: tuple[str, ...]) -> dict[str, Any]:
+    path = ensure(install, to_json(request.gpu), owner=owner, progress=progress, libraries=libraries)
     _used(path)
     try:
-        answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
+        return _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
     except (ConnectionRefusedError, FileNotFoundError):  # it exited (idle) between the check and the send
-        path = ensure(install, to_json(request.gpu), owner=owner, progress=progress)
-        answer = _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
-    return resolution_from_json(answer)
+        path = ensure(install, to_json(request.gpu), owner=owner, progress=progress, libraries=libraries)
+        return _send(path, {"request": to_json(request)}, ANSWER_SECONDS)
 
 
 def report(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool = True,

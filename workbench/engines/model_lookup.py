@@ -40,6 +40,7 @@ class Located:
     engine_path: str  # what the engine is given in its place ("" when missing)
     found: str  # one line: where the config is
     missing: str | None = None  # one line naming what to give, when it is found nowhere
+    folder: str = ""  # the folder holding its config.json (what else of the model is there to read)
 
 
 def hub_cache(lookup_env: Mapping[str, str]) -> str:
@@ -97,7 +98,7 @@ def from_config_file(name: str, model_config: str, cwd: str) -> Located:
     CREATED.append(folder.parent)
     folder.mkdir()
     shutil.copyfile(source, folder / "config.json")
-    return Located(name, str(folder), f"--model-config {model_config}")
+    return Located(name, str(folder), f"--model-config {model_config}", folder=str(folder))
 
 
 def locate(name: str, *, revision: str | None, model_config: str | None, cwd: str,
@@ -108,7 +109,7 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
     local = Path(cwd, os.path.expanduser(name))
     if local.is_dir():
         if (local / "config.json").is_file():
-            return Located(name, str(local), f"local directory {local}")
+            return Located(name, str(local), f"local directory {local}", folder=str(local))
         return Located(name, "", "", f"{flag} {name}: the directory has no config.json "
                                      "(give --model-config CONFIG.json, the model's config)")
     cache = hub_cache(lookup_env)
@@ -126,7 +127,7 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
         return Located(name, "", "", f"{flag} {name}: neither a directory on this machine nor a Hugging Face id; "
                                      "give --model-config CONFIG.json")
     if isinstance(found, str):
-        return Located(name, name, f"Hugging Face cache {Path(found).parent}")
+        return Located(name, name, f"Hugging Face cache {Path(found).parent}", folder=str(Path(found).parent))
     return Located(name, "", "", f"{flag} {name}: not in the Hugging Face cache ({cache}; set by HF_HUB_CACHE or "
                                  f"HF_HOME); give --model-config CONFIG.json, or fetch its config into the cache "
                                  f"(hf download {name} config.json)")

@@ -37,6 +37,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import traceback
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -316,15 +317,55 @@ def model_inspection_in_process() -> bool:
         return False
     if not hasattr(registry, "_run_in_subprocess"):
         return False
+    package = Path(registry.__file__).resolve().parents[2]  # .../vllm
+
     def in_process(function: Any) -> Any:
         try:
             return function()
         except Exception as error:  # noqa: BLE001 - the registry logs it and says "failed to be inspected"
-            LOG["inspection"] = {f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+            text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            LOG["inspection"] = {f"{type(error).__name__}: {text}{_release_line(error, package)}"}
             raise
 
     setattr(registry, "_run_in_subprocess", in_process)  # noqa: B010
     return True
+
+
+class TokenizerFilesMissing(OSError):
+    """The engine asked for the tokenizer of a model whose folder here holds no tokenizer file."""
+
+
+TOKENIZER_ABSENT: set[str] = set()  # the names and paths of this request's model when it has no tokenizer file
+
+
+def tokenizers_need_files() -> None:
+    """A tokenizer asked for a model of ``TOKENIZER_ABSENT`` raises ``TokenizerFilesMissing``.
+
+    A check reads only the model's config.json. Asked for a tokenizer with no file, recent
+    transformers builds one with an empty vocabulary rather than failing, and the engine's code
+    then refuses what the real tokenizer would pass (vLLM 0.34.0's reasoning parser "could not
+    locate think start/end tokens"): the engine refusing for want of a file, not the command.
+    Every tokenizer class loads through ``PreTrainedTokenizerBase.from_pretrained``."""
+    base = importlib.import_module("transformers.tokenization_utils_base").PreTrainedTokenizerBase
+    original = base.from_pretrained.__func__
+    if getattr(original, "workbench_needs_files", False):
+        return
+
+    def from_pretrained(cls: type, name: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(name) in TOKENIZER_ABSENT or os.path.realpath(str(name)) in TOKENIZER_ABSENT:
+            raise TokenizerFilesMissing(f"{name}: the engine loads the model's tokenizer, and no tokenizer file is here")
+        return original(cls, name, *args, **kwargs)
+
+    from_pretrained.workbench_needs_files = True  # type: ignore[attr-defined]
+    base.from_pretrained = classmethod(from_pretrained)
+
+
+def _release_line(error: BaseException, package: Path) -> str:
+    """`` (vllm/path.py:line)`` of the innermost frame of the release's own code the error passed."""
+    inside = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(str(package) + "/")]
+    if not inside:
+        return ""
+    return f" ({Path(inside[-1].filename).relative_to(package.parent)}:{inside[-1].lineno})"
 
 
 def stood_in() -> dict[str, list[str]]:

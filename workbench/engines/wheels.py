@@ -197,8 +197,7 @@ def _fetch_full(engine: str, name: str, version: str) -> EngineInstall:
     requirements = [*SMALL_DEPS, *_pins(src, PINNED_FROM_WHEEL)]
     try:
         shared_deps = _shared("deps", requirements, ["install", "--target", "{target}", *requirements])
-        vision = _torchvision_for_torch()  # a folder of its own: only the versions that need it see it
-        shared_vision = _shared("torchvision", [vision], ["install", "--no-deps", "--target", "{target}", vision])
+        shared_vision = fetch_torchvision()  # a folder of its own: only the versions that need it see it
     except FetchError as error:
         raise FetchError(f"cannot fetch the small dependencies of {engine} ({', '.join(SMALL_DEPS)}, "
                          f"torchvision): {error}") from None
@@ -253,6 +252,21 @@ def _shared(kind: str, requirements: list[str], pip_args: list[str]) -> Path:
     except OSError:  # another fetch finished the same install first
         shutil.rmtree(partial, ignore_errors=True)
     return final
+
+def fetch_torchvision() -> Path:
+    """The torchvision built for the running torch (about 24 MB), shared by every release that
+    needs it: SGLang's releases get it with their fetch, vLLM's when a model class wants it."""
+    vision = _torchvision_for_torch()
+    return _shared("torchvision", [vision], ["install", "--no-deps", "--target", "{target}", vision])
+
+
+def fetch_vision() -> Path:
+    """torchvision for the running torch with Pillow beside it (what every CUDA install of vLLM has,
+    and what transformers needs to define its image processors), shared by every release whose
+    model class wants them; apart from ``fetch_torchvision``'s folder, which SGLang's releases see."""
+    vision = _torchvision_for_torch()
+    return _shared("vision", [vision, "pillow"], ["install", "--no-deps", "--target", "{target}", vision, "pillow"])
+
 
 def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineInstall:
     """Download the wheel, unpack its Python files and package data, delete it, and install (or

@@ -208,6 +208,9 @@ class Resolution:
     notes: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()  # the resolution functions that ran, in order
     seconds: Mapping[str, float] = field(default_factory=dict)  # "parse", "resolve", ...
+    # libraries a real deployment has whose absence here stopped the resolution ("triton",
+    # "torchvision"): the engine process that has them is asked again (``launch_service.resolve``)
+    needs: tuple[str, ...] = ()
 
 
 class LaunchAdapter(abc.ABC):
@@ -309,7 +312,7 @@ def resolution_from_json(data: Mapping[str, Any]) -> Resolution:
         **{**data, "flags": tuple(FlagUse(**f) for f in data.get("flags", ())),
            "settings": {k: Setting(**s) for k, s in data.get("settings", {}).items()},
            "model": model_from_json(data.get("model")), "notes": tuple(data.get("notes", ())),
-           "functions": tuple(data.get("functions", ()))})
+           "functions": tuple(data.get("functions", ())), "needs": tuple(data.get("needs", ()))})
 
 
 def load_report_from_json(data: Mapping[str, Any]) -> LoadReport:

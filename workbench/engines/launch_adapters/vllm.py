@@ -210,6 +210,7 @@ class VLLMAdapter(LaunchAdapter):
             from workbench.engines import vllm_loader
 
             self.in_process_inspection = vllm_loader.model_inspection_in_process()
+            vllm_loader.tokenizers_need_files()
             resolution = "loaded"
         except BaseException as error:  # noqa: BLE001
             resolution = f"does not load: {_where(error, self.package_dir)}"
@@ -338,6 +339,10 @@ class VLLMAdapter(LaunchAdapter):
         assert self.arg_utils is not None
         start = time.perf_counter()
         writes = {cls: Writes(self.package_dir) for cls in [*_config_classes(), self.arg_utils.EngineArgs]}
+        from workbench.engines import vllm_loader
+
+        if not _has_tokenizer_file(model):
+            vllm_loader.TOKENIZER_ABSENT.update({model.name, model.engine_path, os.path.realpath(model.folder)})
         try:
             with contextlib.ExitStack() as stack:
                 for cls, written in writes.items():
@@ -377,18 +382,25 @@ class VLLMAdapter(LaunchAdapter):
 
     def _stopped(self, request: LaunchRequest, flags: list[FlagUse], error: BaseException, model: Located,
                  times: dict[str, float]) -> Resolution:
-        if isinstance(error, OSError) and model.name in str(error):
+        if isinstance(error, OSError) and model.name in str(error) and _tokenizer_missing(error) is None:
             return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine could not read its config "
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
+        missing = _tokenizer_missing(error)
+        if missing is not None:
+            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine loads the model's tokenizer "
+                                                         f"({_function_of(missing, self.package_dir)}), and {model.folder} "
+                                                         "holds no tokenizer file; put the model's tokenizer files beside "
+                                                         "its config.json", flags=tuple(flags), seconds=times)
         cause = _validation_cause(error)
         where = _function_of(cause, self.package_dir)
         from workbench.engines import vllm_loader
 
         inspected = vllm_loader.LOG["inspection"]
         if inspected and "failed to be inspected" in str(cause):  # the model class did not import here
+            said = sorted(inspected)[0]
             return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s model registry could not import the model "
-                                                          f"class on a CPU: {sorted(inspected)[0]}", flags=tuple(flags),
-                              seconds=times)
+                                                          f"class on a CPU: {said}", flags=tuple(flags),
+                              seconds=times, needs=_libraries_missed(said))
         if is_refusal(cause, self.package_dir):
             return Resolution(request.engine, REJECTED, str(cause).strip() or type(cause).__name__, where,
                               flags=tuple(flags), seconds=times)
@@ -568,6 +580,44 @@ def _validation_cause(error: BaseException) -> BaseException:
             if isinstance(inner, BaseException):
                 return inner
     return error
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "merges.txt", "tiktoken.model")
+
+
+def _has_tokenizer_file(model: Located) -> bool:
+    """Whether the model's folder holds a tokenizer file (a check's test data holds config.json alone)."""
+    folder = Path(model.folder) if model.folder else None
+    if folder is None or not folder.is_dir():
+        return True  # nothing known to be missing: the engine looks for itself
+    return any((folder / name).exists() for name in TOKENIZER_FILES) or any(folder.glob("*.tiktoken"))
+
+
+def _tokenizer_missing(error: BaseException | None) -> BaseException | None:
+    """The ``TokenizerFilesMissing`` the resolution stopped on, among the error and its causes."""
+    from workbench.engines.vllm_loader import TokenizerFilesMissing
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, TokenizerFilesMissing):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _libraries_missed(said: str) -> tuple[str, ...]:
+    """The libraries every CUDA deployment of vLLM has that this process lacks, when the model
+    class's import stopped for want of one: torchvision by name; triton where vLLM put its own
+    placeholder in its place (``vllm.triton_utils.HAS_TRITON`` false), whose ``triton.Config`` is a
+    bare function, so a kernel module that reads a config's fields at import stops there."""
+    if "No module named 'torchvision" in said:
+        return ("torchvision",)
+    triton_utils = sys.modules.get("vllm.triton_utils")
+    if triton_utils is not None and getattr(triton_utils, "HAS_TRITON", True) is False:
+        return ("triton",)
+    return ()
 
 
 def _function_of(error: BaseException, package_dir: Path) -> str:

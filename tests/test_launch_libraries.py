@@ -1,0 +1,133 @@
+"""What a check does when the engine's resolution stops for want of something a real deployment has:
+a library (triton, torchvision: the engine process that has them is asked again) or the model's
+tokenizer files (UNDECIDED, naming them). No engine runs here: the service's exchange with its
+processes and the release's errors are stood in, so these run in the fast suite; the same paths
+on vLLM 0.34.0 itself are in tests/test_launch_commands_real.py (``WORKBENCH_LAUNCH_COMMANDS=1``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.engines import gpus, launch_service, wheels
+from workbench.engines.launch_adapters import RESOLVED, UNLOADABLE, LaunchRequest, Resolution, to_json
+from workbench.engines.launch_adapters import vllm as vllm_adapter
+from workbench.engines.model_lookup import Located
+
+
+def _request() -> LaunchRequest:
+    return LaunchRequest(engine="vllm==0.34.0", program="vllm serve", argv=("Qwen/Qwen3.5-397B-A17B",), env={},
+                         gpu=gpus.gpu("h100"))
+
+
+class _Processes:
+    """Stands in for the engine processes: what each one (by its optional libraries) answers."""
+
+    def __init__(self, answers: dict[tuple[str, ...], Resolution]) -> None:
+        self.answers, self.asked = answers, []
+
+    def __call__(self, request: LaunchRequest, install: Any, owner: bool, progress: Any,
+                 libraries: tuple[str, ...]) -> dict[str, Any]:
+        self.asked.append(libraries)
+        return to_json(self.answers[libraries])  # type: ignore[return-value]
+
+
+def _stopped(needs: tuple[str, ...], said: str) -> Resolution:
+    return Resolution("vllm==0.34.0", UNLOADABLE, f"model registry could not import the model class: {said}", needs=needs)
+
+
+@pytest.fixture()
+def install(tmp_path: Path) -> wheels.EngineInstall:
+    return wheels.EngineInstall("vllm==0.34.0", tmp_path / "src", tmp_path / "deps")
+
+
+def test_a_library_the_deployment_has_is_added_until_the_engine_stops_asking(
+        monkeypatch: pytest.MonkeyPatch, install: wheels.EngineInstall, tmp_path: Path) -> None:
+    resolved = Resolution("vllm==0.34.0", RESOLVED, notes=("a note of the engine's",))
+    processes = _Processes({(): _stopped(("triton",), "num_stages"),
+                            ("triton",): _stopped(("torchvision",), "No module named 'torchvision'"),
+                            ("torchvision", "triton"): resolved})
+    monkeypatch.setattr(launch_service, "_ask", processes)
+    monkeypatch.setattr(launch_service, "library_paths", lambda install, names: [tmp_path / n for n in names])
+    answer = launch_service.resolve(_request(), install, progress=None)
+    assert processes.asked == [(), ("triton",), ("torchvision", "triton")]
+    assert answer.status == RESOLVED and answer.notes[0] == "a note of the engine's"
+    assert answer.notes[-1].startswith("read by an engine process with torchvision and triton")
+    assert "without triton: model registry" in answer.notes[-1] and "without torchvision:" in answer.notes[-1]
+
+
+def test_a_library_not_in_the_cache_leaves_the_answer_saying_how_to_fetch_it(
+        monkeypatch: pytest.MonkeyPatch, install: wheels.EngineInstall) -> None:
+    processes = _Processes({(): _stopped(("triton",), "num_stages")})
+    monkeypatch.setattr(launch_service, "_ask", processes)
+    monkeypatch.setattr(wheels, "triton_dir", lambda: None)
+    answer = launch_service.resolve(_request(), install, progress=None)
+    assert processes.asked == [()] and answer.status == UNLOADABLE
+    assert answer.message.endswith("every CUDA deployment of it has triton, which the workbench's cache has not: "
+                                   "`workbench engines fetch --triton` fetches it (about 1 GB), then check again")
+
+
+def test_an_answer_that_needs_nothing_is_asked_once(monkeypatch: pytest.MonkeyPatch,
+                                                    install: wheels.EngineInstall) -> None:
+    plain = Resolution("vllm==0.34.0", UNLOADABLE, "the resolution cannot run on a CPU: something else")
+    processes = _Processes({(): plain})
+    monkeypatch.setattr(launch_service, "_ask", processes)
+    assert launch_service.resolve(_request(), install, progress=None) == dataclasses.replace(plain)
+    assert processes.asked == [()]
+
+
+def test_each_set_of_libraries_has_a_process_of_its_own() -> None:
+    plain = launch_service.socket_path("vllm==0.34.0", "h100")
+    both = launch_service.socket_path("vllm==0.34.0", "h100", ("torchvision", "triton"))
+    assert plain.name == "vllm-0.34.0-h100.sock" and both.name == "vllm-0.34.0-h100+torchvision+triton.sock"
+
+
+def test_what_the_model_class_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert vllm_adapter._libraries_missed("ModuleNotFoundError: No module named 'torchvision'") == ("torchvision",)
+    # vLLM's own placeholder stands where triton is missing (vllm.triton_utils.HAS_TRITON false)
+    monkeypatch.setitem(sys.modules, "vllm.triton_utils", types.SimpleNamespace(HAS_TRITON=False))
+    assert vllm_adapter._libraries_missed("AttributeError: 'function' object has no attribute 'num_stages'") == ("triton",)
+    monkeypatch.setitem(sys.modules, "vllm.triton_utils", types.SimpleNamespace(HAS_TRITON=True))
+    assert vllm_adapter._libraries_missed("AttributeError: 'function' object has no attribute 'num_stages'") == ()
+
+
+class _Tokenizers:
+    """transformers' tokenizer base class, as far as the hook sees it: every tokenizer loads through it."""
+
+    loaded: list[str] = []
+
+    @classmethod
+    def from_pretrained(cls, name: str, *args: Any, **kwargs: Any) -> str:
+        cls.loaded.append(name)
+        return f"tokenizer of {name}"
+
+
+def test_a_tokenizer_with_no_file_here_stops_the_resolution_as_a_missing_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from workbench.engines import vllm_loader
+
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text("{}")
+    model = Located("Qwen/Qwen3.5-397B-A17B", "Qwen/Qwen3.5-397B-A17B", "cache", folder=str(snapshot))
+    assert not vllm_adapter._has_tokenizer_file(model)
+    monkeypatch.setitem(sys.modules, "transformers.tokenization_utils_base",
+                        types.SimpleNamespace(PreTrainedTokenizerBase=_Tokenizers))
+    monkeypatch.setattr(_Tokenizers, "from_pretrained", _Tokenizers.__dict__["from_pretrained"])  # restored after
+    monkeypatch.setattr(vllm_loader, "TOKENIZER_ABSENT", {model.name, str(snapshot.resolve())})
+    vllm_loader.tokenizers_need_files()
+    assert _Tokenizers.from_pretrained("another/model") == "tokenizer of another/model"
+    for asked in (model.name, str(snapshot)):  # by its id, or by the snapshot path the engine resolved it to
+        with pytest.raises(vllm_loader.TokenizerFilesMissing) as stopped:
+            _Tokenizers.from_pretrained(asked)
+        refused = RuntimeError("1 validation error for ModelConfig")
+        refused.__cause__ = stopped.value
+        assert vllm_adapter._tokenizer_missing(refused) is stopped.value  # found among the causes
+    assert vllm_adapter._tokenizer_missing(RuntimeError("World size (16) is larger")) is None
+    (snapshot / "tokenizer.json").write_text("{}")
+    assert vllm_adapter._has_tokenizer_file(model)
