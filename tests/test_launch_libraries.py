@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from workbench.engines import gpus, launch_service, wheels
-from workbench.engines.launch_adapters import RESOLVED, UNLOADABLE, LaunchRequest, Resolution, to_json
+from workbench.engines.launch_adapters import RESOLVED, UNDECIDED, UNLOADABLE, LaunchRequest, Resolution, to_json
 from workbench.engines.launch_adapters import vllm as vllm_adapter
 from workbench.engines.model_lookup import Located
 
@@ -34,7 +34,8 @@ class _Processes:
     def __call__(self, request: LaunchRequest, install: Any, owner: bool, progress: Any,
                  libraries: tuple[str, ...]) -> dict[str, Any]:
         self.asked.append(libraries)
-        return to_json(self.answers[libraries])  # type: ignore[return-value]
+        answer: dict[str, Any] = to_json(self.answers[libraries])  # type: ignore[assignment]
+        return answer
 
 
 def _stopped(needs: tuple[str, ...], said: str) -> Resolution:
@@ -131,3 +132,25 @@ def test_a_tokenizer_with_no_file_here_stops_the_resolution_as_a_missing_file(
     assert vllm_adapter._tokenizer_missing(RuntimeError("World size (16) is larger")) is None
     (snapshot / "tokenizer.json").write_text("{}")
     assert vllm_adapter._has_tokenizer_file(model)
+
+
+def test_a_missing_file_beside_the_config_is_named_not_refused(tmp_path: Path) -> None:
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    model = Located("MiniMaxAI/MiniMax-M2.7", "MiniMaxAI/MiniMax-M2.7", "cache", folder=str(snapshot))
+    # transformers' words when remote code the config names is not in the folder
+    error = OSError(f"{snapshot.resolve()} does not appear to have a file named configuration_minimax_m2.py.")
+    answer = vllm_adapter.VLLMAdapter()._stopped(_request(), [], error, model, {})
+    assert answer.status == UNDECIDED and "needs a file of the model that is not on this machine" in answer.message
+
+
+def test_an_entry_point_that_gives_up_before_its_parser_says_what_it_logged() -> None:
+    import logging
+
+    logged = vllm_adapter._ErrorsLogged()
+    logging.getLogger("vllm").addHandler(logged)
+    try:
+        logging.getLogger("vllm.entrypoints.cli.main").error("--omni flag requires a valid instance of vllm-omni")
+    finally:
+        logging.getLogger("vllm").removeHandler(logged)
+    assert len(logged.errors) == 1 and logged.errors[0].startswith("--omni flag requires a valid instance of vllm-omni (")

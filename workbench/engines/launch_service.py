@@ -185,7 +185,10 @@ def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bo
             path.unlink(missing_ok=True)
             _make_room(path)
             if libraries:
-                _start(install, gpu_json, path, owner, progress, [str(p) for p in library_paths(install, libraries)])
+                paths = library_paths(install, libraries)
+                if paths is None:  # resolve() asks only for what the cache has
+                    raise EngineUnavailable(f"{install.engine}: {' and '.join(libraries)} not in the cache")
+                _start(install, gpu_json, path, owner, progress, [str(p) for p in paths])
                 return path
             ready = _start(install, gpu_json, path, owner, progress)
             if _needs_torchvision(ready) and install.torchvision.exists():
@@ -225,8 +228,8 @@ def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> 
                 paths.append(wheels.fetch_vision())
             except wheels.FetchError:
                 return None
-        elif name == "triton" and wheels.triton_dir() is not None:
-            paths.append(wheels.triton_dir())
+        elif name == "triton" and (triton := wheels.triton_dir()) is not None:
+            paths.append(triton)
         else:
             return None
     return paths

@@ -142,7 +142,7 @@ def _runner_block_tables() -> dict[str, Any] | None:
     tables = getattr(table, "BlockTables", None) if table else None
     runner = _module(RUNNER) if tables is not None else None
     method = getattr(getattr(runner, "GPUModelRunner", None), "initialize_kv_cache", None)
-    if method is None or not all(call in inspect.getsource(method) for call in RUNNER_WIDTH_CALLS):
+    if tables is None or method is None or not all(call in inspect.getsource(method) for call in RUNNER_WIDTH_CALLS):
         return None
     dcp = "cp_size" in inspect.signature(tables).parameters
     return {"found": f"{RUNNER_TABLE}.BlockTables", "takes": "runner-width", "source": _source(tables),

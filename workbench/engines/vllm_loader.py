@@ -317,7 +317,7 @@ def model_inspection_in_process() -> bool:
         return False
     if not hasattr(registry, "_run_in_subprocess"):
         return False
-    package = Path(registry.__file__).resolve().parents[2]  # .../vllm
+    package = Path(str(registry.__file__)).resolve().parents[2]  # .../vllm
 
     def in_process(function: Any) -> Any:
         try:

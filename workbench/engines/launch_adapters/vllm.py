@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import inspect
 import io
+import logging
 import os
 import re
 import sys
@@ -151,6 +152,23 @@ def _watched_parse(taken: _Taken, seen: dict[str, Any], stop_at_parse: bool = Fa
         argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
 
 
+class EntryPointStopped(RuntimeError):
+    """The release's console entry point exited before building its parser, with an error logged
+    (vLLM's ``--omni`` without vllm-omni installed)."""
+
+
+class _ErrorsLogged(logging.Handler):
+    """The error messages the release logs while its entry point runs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.errors.append(f"{record.getMessage()} ({Path(record.pathname).parent.name}/{Path(record.pathname).name}:"
+                           f"{record.lineno})")
+
+
 def _parser_message(stderr: str, stop: SystemExit) -> str:
     lines = [line for line in stderr.splitlines() if ": error: " in line or line.startswith("error: ")]
     if lines:
@@ -234,6 +252,8 @@ class VLLMAdapter(LaunchAdapter):
         saved = sys.argv
         sys.argv = ["vllm", *argv]
         stderr = io.StringIO()
+        logged = _ErrorsLogged()
+        logging.getLogger("vllm").addHandler(logged)
         try:
             with _watched_parse(taken, seen), contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
                 self.main()
@@ -242,9 +262,12 @@ class VLLMAdapter(LaunchAdapter):
         except SystemExit as stop:
             if "parser" in seen and "namespace" not in seen:
                 return argparse.Namespace(), seen["parser"], _parser_message(stderr.getvalue(), stop)
+            if logged.errors and "parser" not in seen:  # the entry point gave up before its parser, and said why
+                raise EntryPointStopped(logged.errors[-1]) from stop
             raise
         finally:
             sys.argv = saved
+            logging.getLogger("vllm").removeHandler(logged)
         raise RuntimeError(f"{self.main_name} returned without dispatching to serve")
 
     def engine_config(self, argv: list[str]) -> Any:
@@ -272,6 +295,9 @@ class VLLMAdapter(LaunchAdapter):
             if is_refusal(error, self.package_dir):
                 return Resolution(request.engine, REJECTED, str(error).strip(), _function_of(error, self.package_dir),
                                   seconds={"parse": time.perf_counter() - start})
+            if isinstance(error, EntryPointStopped):  # not the command refused: a package the deployment would add
+                return Resolution(request.engine, UNDECIDED, f"{request.engine}'s entry point stops before reading the "
+                                                             f"command: {error}", seconds={"parse": time.perf_counter() - start})
             return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s command line cannot run on a CPU: "
                                                           f"{_where(error, self.package_dir)}")
         if refused is not None:
@@ -385,6 +411,12 @@ class VLLMAdapter(LaunchAdapter):
         if isinstance(error, OSError) and model.name in str(error) and _tokenizer_missing(error) is None:
             return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine could not read its config "
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
+        if isinstance(error, OSError) and model.folder and os.path.realpath(model.folder) in str(error):
+            # a file of the model beside its config (remote code: configuration_*.py) is not here
+            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine needs a file of the model that "
+                                                         f"is not on this machine ({one_line(error)[:300]}); put the "
+                                                         "model's files beside its config.json", flags=tuple(flags),
+                              seconds=times)
         missing = _tokenizer_missing(error)
         if missing is not None:
             return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine loads the model's tokenizer "
