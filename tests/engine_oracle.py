@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from oracle_cases import answer_each  # noqa: E402 - beside this file
 
 
 def _plain(value: Any) -> Any:
@@ -77,23 +78,7 @@ def main() -> int:
     platform_standins.install(gpu_from_json(job["gpu"]))
     checks.settle_torch_without_triton()
     standins.install(Path(job["package_dir"]), Path(job["deps"]))
-    for case in job["cases"]:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_end)
-            try:
-                answer = _case(case, job["hf_cache"])
-            except BaseException as error:  # noqa: BLE001
-                answer = {"oracle_error": f"{type(error).__name__}: {error}"}
-            with os.fdopen(write_end, "w") as stream:
-                stream.write(json.dumps(answer))
-            os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as stream:
-            text = stream.read()
-        os.waitpid(pid, 0)
-        print(text, flush=True)
+    answer_each(job["cases"], lambda case: _case(case, job["hf_cache"]))
     return 0
 
 

@@ -1,6 +1,8 @@
 """The real launch commands of ``tests/data`` through ``workbench check``: every one answered or
-refused by its engine, every flag understood, and each SGLang refusal shown to be SGLang's own by
-running SGLang's code on the command directly (``engine_oracle.py``, no adapter on its path).
+refused by its engine, every flag understood, and each refusal shown to be the engine's own by
+running its code on the command directly, no adapter on the path: SGLang's parser and
+``prepare_server_args`` (``engine_oracle.py``), vLLM's console entry point and
+``create_engine_config`` (``engine_oracle_vllm.py``).
 
 Slow (every release a command names starts an engine process): run with
 ``WORKBENCH_LAUNCH_COMMANDS=1 python -m pytest -q tests/test_launch_commands_real.py``.
@@ -26,6 +28,7 @@ from workbench.preflight.command import parse_command
 
 DATA = Path(__file__).parent / "data"
 ORACLE = Path(__file__).parent / "engine_oracle.py"
+ORACLE_VLLM = Path(__file__).parent / "engine_oracle_vllm.py"
 
 pytestmark = [pytest.mark.engine, pytest.mark.skipif(os.environ.get("WORKBENCH_LAUNCH_COMMANDS") != "1",
                                                      reason="slow: WORKBENCH_LAUNCH_COMMANDS=1 runs every real command")]
@@ -43,7 +46,8 @@ def _oracle(engine: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
            "gpu": to_json(gpus.gpu("910b" if "npu" in argv else "h100")), "hf_cache": str(DATA / "hf_cache" / "hub"),
            "cases": [{"argv": argv, "env": env, "names": []}]}
-    done = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(job), capture_output=True, text=True, timeout=900)
+    oracle = ORACLE_VLLM if engine.startswith("vllm==") else ORACLE
+    done = subprocess.run([sys.executable, str(oracle)], input=json.dumps(job), capture_output=True, text=True, timeout=900)
     answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     return answer
 
@@ -68,3 +72,24 @@ def test_each_sglang_refusal_is_sglangs_own(outcomes: list[tuple[dict[str, Any],
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert message.splitlines()[0].strip()[:200] in outcome.verdict, (record["id"], message, outcome.verdict)
+
+
+def _engine_sentence(message: str) -> str:
+    """The engine's own first line: inside a pydantic ``ValidationError`` (vLLM's config classes
+    validate on construction), the ``Value error, ...`` it carries, without pydantic's suffix."""
+    for line in message.splitlines():
+        if "Value error, " in line:
+            return line.split("Value error, ", 1)[1].split(" [type=", 1)[0].strip()[:200]
+    return message.splitlines()[0].strip()[:200]
+
+
+def test_each_vllm_refusal_is_vllms_own(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
+    """vLLM's console entry point and ``create_engine_config``, run on the command without the
+    adapter (``engine_oracle_vllm.py``), refuse it with the message the verdict gives."""
+    refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.release.startswith("vllm==")]
+    for record, outcome in refused:
+        command = parse_command(record["command"])
+        answer = _oracle(outcome.release, list(command.argv), command.env)
+        message = answer.get("parser_error") or answer.get("error")
+        assert message, (record["id"], answer)
+        assert _engine_sentence(message) in outcome.verdict, (record["id"], message, outcome.verdict)
