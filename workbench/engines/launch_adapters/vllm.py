@@ -408,7 +408,13 @@ class VLLMAdapter(LaunchAdapter):
 
     def _stopped(self, request: LaunchRequest, flags: list[FlagUse], error: BaseException, model: Located,
                  times: dict[str, float]) -> Resolution:
-        if isinstance(error, OSError) and model.name in str(error) and _tokenizer_missing(error) is None:
+        missing = _tokenizer_missing(error)
+        if missing is not None:
+            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine loads the model's tokenizer "
+                                                         f"({_function_of(missing, self.package_dir)}), and {model.folder} "
+                                                         "holds no tokenizer file; put the model's tokenizer files beside "
+                                                         "its config.json", flags=tuple(flags), seconds=times)
+        if isinstance(error, OSError) and model.name in str(error):
             return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine could not read its config "
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
         if isinstance(error, OSError) and model.folder and os.path.realpath(model.folder) in str(error):
@@ -417,12 +423,6 @@ class VLLMAdapter(LaunchAdapter):
                                                          f"is not on this machine ({one_line(error)[:300]}); put the "
                                                          "model's files beside its config.json", flags=tuple(flags),
                               seconds=times)
-        missing = _tokenizer_missing(error)
-        if missing is not None:
-            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine loads the model's tokenizer "
-                                                         f"({_function_of(missing, self.package_dir)}), and {model.folder} "
-                                                         "holds no tokenizer file; put the model's tokenizer files beside "
-                                                         "its config.json", flags=tuple(flags), seconds=times)
         cause = _validation_cause(error)
         where = _function_of(cause, self.package_dir)
         from workbench.engines import vllm_loader
