@@ -41,11 +41,11 @@ def outcomes() -> list[tuple[dict[str, Any], Outcome]]:
     return list(zip(records, check_all(records)))
 
 
-def _oracle(engine: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+def _oracle(engine: str, argv: list[str], env: dict[str, str], program: str = "") -> dict[str, Any]:
     install = wheels.fetch(engine)
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
            "gpu": to_json(gpus.gpu("910b" if "npu" in argv else "h100")), "hf_cache": str(DATA / "hf_cache" / "hub"),
-           "cases": [{"argv": argv, "env": env, "names": []}]}
+           "cases": [{"program": program, "argv": argv, "env": env, "names": []}]}
     oracle = ORACLE_VLLM if engine.startswith("vllm==") else ORACLE
     done = subprocess.run([sys.executable, str(oracle)], input=json.dumps(job), capture_output=True, text=True, timeout=900)
     answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
@@ -89,7 +89,7 @@ def test_each_vllm_refusal_is_vllms_own(outcomes: list[tuple[dict[str, Any], Out
     refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.release.startswith("vllm==")]
     for record, outcome in refused:
         command = parse_command(record["command"])
-        answer = _oracle(outcome.release, list(command.argv), command.env)
+        answer = _oracle(outcome.release, list(command.argv), command.env, command.program)
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert _engine_sentence(message) in outcome.verdict, (record["id"], message, outcome.verdict)
