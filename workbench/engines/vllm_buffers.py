@@ -199,7 +199,8 @@ def block_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
 def _runner_table_width(max_model_len: int, block_size: int, dcp: int) -> int:
     """The second model runner's table for one full-attention group: the width its
     ``initialize_kv_cache`` passes (the group's ``max_num_blocks_per_req``, then
-    ``get_block_table_width`` with the spec's token alignment), read off the ``BlockTables`` made with it."""
+    ``get_block_table_width`` with the attention spec object's token alignment), read off the ``BlockTables`` made
+    with it."""
     import torch
 
     specs = importlib.import_module("vllm.v1.kv_cache_interface")
