@@ -69,7 +69,7 @@ def test_a_library_not_in_the_cache_leaves_the_answer_saying_how_to_fetch_it(
     monkeypatch.setattr(wheels, "triton_dir", lambda: None)
     answer = launch_service.resolve(_request(), install, progress=None)
     assert processes.asked == [()] and answer.status == UNLOADABLE
-    assert answer.message.endswith("every CUDA deployment of it has triton, which the workbench's cache has not: "
+    assert answer.message.endswith("every GPU install of the engine has triton, which the workbench's cache has not: "
                                    "`workbench engines fetch --triton` fetches it (about 1 GB), then check again")
 
 
@@ -154,3 +154,16 @@ def test_an_entry_point_that_gives_up_before_its_parser_says_what_it_logged() ->
     finally:
         logging.getLogger("vllm").removeHandler(logged)
     assert len(logged.errors) == 1 and logged.errors[0].startswith("--omni flag requires a valid instance of vllm-omni (")
+
+
+def test_a_command_line_that_did_not_load_for_want_of_triton_asks_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.13.0 and 0.14.1's command line imports torch's inductor, which imports triton."""
+    for name in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
+        monkeypatch.delenv(name, raising=False)  # resolve() points the hub at the checker's cache, offline
+    engine = vllm_adapter.VLLMAdapter()
+    engine.parser_failure = "ModuleNotFoundError: No module named 'triton.compiler' (vllm/utils/deep_gemm.py:347)"
+    answer = engine.resolve(_request())
+    assert answer.status == UNLOADABLE and answer.needs == ("triton",)
+    assert answer.message.endswith("command line does not load on a CPU: " + engine.parser_failure)
+    engine.parser_failure = "ImportError: cannot import name 'x' (vllm/config.py:1)"
+    assert engine.resolve(_request()).needs == ()

@@ -248,7 +248,7 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
         wanted = tuple(sorted({*libraries, *answer.needs}))
         if library_paths(install, wanted) is None:
             missing = " and ".join(n for n in wanted if library_paths(install, (n,)) is None)
-            return dataclasses.replace(answer, message=f"{answer.message}; every CUDA deployment of it has {missing}, "
+            return dataclasses.replace(answer, message=f"{answer.message}; every GPU install of the engine has {missing}, "
                                                        "which the workbench's cache has not: `workbench engines fetch "
                                                        "--triton` fetches it (about 1 GB), then check again")
         stopped.append(f"without {' and '.join(n for n in wanted if n not in libraries)}: {answer.message}")
@@ -256,7 +256,7 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
         answer = resolution_from_json(_ask(request, install, owner, progress, libraries))
     if not libraries:
         return answer
-    note = (f"read by an engine process with {' and '.join(libraries)}, which every CUDA deployment of it has "
+    note = (f"read by an engine process with {' and '.join(libraries)}, which every GPU install of the engine has "
             f"({'; '.join(stopped)})")
     return dataclasses.replace(answer, notes=(*answer.notes, note))
 

@@ -261,7 +261,7 @@ def fetch_torchvision() -> Path:
 
 
 def fetch_vision() -> Path:
-    """torchvision for the running torch with Pillow beside it (what every CUDA install of vLLM has,
+    """torchvision for the running torch with Pillow beside it (what every GPU install of vLLM has,
     and what transformers needs to define its image processors), shared by every release whose
     model class wants them; apart from ``fetch_torchvision``'s folder, which SGLang's releases see."""
     vision = _torchvision_for_torch()

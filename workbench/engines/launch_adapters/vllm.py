@@ -152,6 +152,10 @@ def _watched_parse(taken: _Taken, seen: dict[str, Any], stop_at_parse: bool = Fa
         argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
 
 
+class ParserNotLoaded(RuntimeError):
+    """The release's command line did not load in this engine process (the load report says why)."""
+
+
 class EntryPointStopped(RuntimeError):
     """The release's console entry point exited before building its parser, with an error logged
     (vLLM's ``--omni`` without vllm-omni installed)."""
@@ -187,6 +191,7 @@ class VLLMAdapter(LaunchAdapter):
         self.serve_parser: argparse.ArgumentParser | None = None
         self.arg_utils: types.ModuleType | None = None
         self.in_process_inspection = False
+        self.parser_failure = ""  # why the release's command line did not load in this process
 
     # ---- once per engine process -----------------------------------------------------------------
 
@@ -216,7 +221,8 @@ class VLLMAdapter(LaunchAdapter):
             self.main, self.main_name = _console_main(self.package_dir)
             self.serve_parser = self._serve_parser(["serve", "workbench-warm-up-model"])[0]
         except BaseException as error:  # noqa: BLE001 - a release whose parser cannot load says why, in one line
-            return LoadReport(engine, f"does not load: {_where(error, self.package_dir)}", "not tried (no parser)",
+            self.main, self.parser_failure = None, _where(error, self.package_dir)
+            return LoadReport(engine, f"does not load: {self.parser_failure}", "not tried (no parser)",
                               seconds=time.perf_counter() - start)
         from workbench.engines import standins
 
@@ -247,7 +253,8 @@ class VLLMAdapter(LaunchAdapter):
 
     def _run_cli(self, argv: list[str], taken: _Taken) -> tuple[argparse.Namespace, argparse.ArgumentParser, str | None]:
         """(namespace, top-level parser, the parser's error text or None)."""
-        assert self.main is not None
+        if self.main is None:
+            raise ParserNotLoaded(self.parser_failure)
         seen: dict[str, Any] = {}
         saved = sys.argv
         sys.argv = ["vllm", *argv]
@@ -295,6 +302,9 @@ class VLLMAdapter(LaunchAdapter):
             if is_refusal(error, self.package_dir):
                 return Resolution(request.engine, REJECTED, str(error).strip(), _function_of(error, self.package_dir),
                                   seconds={"parse": time.perf_counter() - start})
+            if isinstance(error, ParserNotLoaded):  # 0.13.0 and 0.14.1's command line imports torch's inductor, which wants triton
+                return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s command line does not load on a CPU: "
+                                                              f"{error}", needs=("triton",) if "triton" in str(error) else ())
             if isinstance(error, EntryPointStopped):  # not the command refused: a package the deployment would add
                 return Resolution(request.engine, UNDECIDED, f"{request.engine}'s entry point stops before reading the "
                                                              f"command: {error}", seconds={"parse": time.perf_counter() - start})
@@ -640,7 +650,7 @@ def _tokenizer_missing(error: BaseException | None) -> BaseException | None:
 
 
 def _libraries_missed(said: str) -> tuple[str, ...]:
-    """The libraries every CUDA deployment of vLLM has that this process lacks, when the model
+    """The libraries every GPU install of vLLM has that this process lacks, when the model
     class's import stopped for want of one: torchvision by name; triton where vLLM put its own
     placeholder in its place (``vllm.triton_utils.HAS_TRITON`` false), whose ``triton.Config`` is a
     bare function, so a kernel module that reads a config's fields at import stops there."""
