@@ -94,7 +94,7 @@ def _make_room(keep: Path) -> None:
 
 
 def socket_path(engine: str, gpu: str, libraries: tuple[str, ...] = ()) -> Path:
-    """The engine process's socket; one with optional libraries (``with_libraries``) has its own."""
+    """The engine process's socket; one with optional libraries (``resolve`` asks for them) has its own."""
     extra = "".join(f"+{name}" for name in libraries)
     return run_dir() / f"{engine.replace('==', '-')}-{gpu}{extra}.sock"
 
@@ -176,7 +176,7 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
 def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bool, progress: IO[str] | None,
            libraries: tuple[str, ...] = ()) -> Path:
     """The socket of a live engine process for this release and GPU (and optional libraries,
-    ``with_libraries``), started when there is none."""
+    which ``resolve`` asks for), started when there is none."""
     path = socket_path(install.engine, str(gpu_json["name"]), libraries)
     if _reachable(path):
         return path
