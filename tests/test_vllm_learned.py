@@ -80,6 +80,38 @@ def test_each_learned_file_is_sound_and_its_rules_give_the_engines_answers(path:
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_release_whose_indexer_widths_were_measured_has_its_tables_rebuild_rule(path: Path) -> None:
+    """Both widths measured but no rebuild rule leaves the release without an indexer row at all
+    (``ib.versions`` needs the three), unless a finding says why (0.17.x: a condition the model
+    does not know). 0.34.0 was shipped without one once, when the learner stopped reading
+    ``initialize_kv_cache`` at its signature's closing line."""
+    indexer = _file(path)["sections"]["buffers"]["backends"][ib.NAME]
+    if indexer["table_alignment"]["value"] is not None and indexer["buffer_alignment"]["value"] is not None:
+        rule = indexer["table_rebuilt_when"]
+        assert rule["value"] is not None or rule.get("finding"), rule  # a rule, or a finding that says why not
+
+
+def test_the_second_runners_table_is_found_past_a_signature_over_several_lines(tmp_path: Path) -> None:
+    """The model runner file as 0.34.0 lays it out (the signature's ``) -> None:`` at the def's
+    indentation), and the same method without the table: only the first is ``kv-cache-init``."""
+    from types import SimpleNamespace
+
+    from workbench.engines import learn_vllm
+
+    runner = tmp_path / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py"
+    runner.parent.mkdir(parents=True)
+    body = ("class GPUModelRunner:\n"
+            "    def initialize_kv_cache(\n        self,\n        kv_cache_config,\n    ) -> None:\n"
+            "        groups = kv_cache_config.kv_cache_groups\n{built}"
+            "    def next_method(self):\n        self.block_tables = BlockTables(0)\n")
+    runner.write_text(body.format(built="        self.block_tables = BlockTables(groups)\n"))
+    fact = learn_vllm.rebuilt_when(SimpleNamespace(src=tmp_path))  # type: ignore[arg-type]
+    assert (fact["value"], fact["source"]) == ("kv-cache-init", "vllm/v1/worker/gpu/model_runner.py:7")
+    runner.write_text(body.format(built=""))
+    assert learn_vllm.rebuilt_when(SimpleNamespace(src=tmp_path))["value"] is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_recorded_conformance_agrees_on_every_state(path: Path) -> None:
     data = _file(path)
     engine = data["engine"]
@@ -147,6 +179,26 @@ def _resolve(engine: str, argv: list[str]) -> Any:
     request = LaunchRequest(engine, "vllm serve", tuple(argv), {}, gpus.gpu("h100"), model_config=str(CONFIG),
                             cwd=str(DATA))
     return launch_service.resolve(request, install, owner=True, progress=None)
+
+
+@pytest.mark.engine
+def test_a_reasoning_parser_with_no_tokenizer_here_leaves_its_token_ids_and_the_check_goes_on() -> None:
+    """The test data holds config.json alone. vLLM 0.34.0 ends its config by encoding the reasoning
+    parser's think strings with the tokenizer; those ids size no buffer, so the resolution goes on
+    and its notes name the release's line that loads the tokenizer (found here in its source)."""
+    from workbench.engines import wheels
+    from workbench.engines.launch_adapters import RESOLVED
+
+    argv = ["deepseek-ai/DeepSeek-V3.2", "--tensor-parallel-size", "8", "--reasoning-parser", "deepseek_v3"]
+    with_parser = _resolve("vllm==0.34.0", argv)
+    assert with_parser.status == RESOLVED, with_parser.message
+    source = (wheels.fetch("vllm==0.34.0").package_dir / "config" / "reasoning.py").read_text().splitlines()
+    method = next(i for i, line in enumerate(source) if "def initialize_token_ids" in line)
+    loads = next(i for i in range(method, len(source)) if "tokenizer_from_config(" in source[i]) + 1
+    assert [n for n in with_parser.notes if "token ids were left uninitialized" in n] == [
+        n for n in with_parser.notes if f"(vllm/config/reasoning.py:{loads})" in n] != []
+    without = _resolve("vllm==0.34.0", argv[:-2])
+    assert without.status == RESOLVED and not [n for n in without.notes if "token ids" in n]
 
 
 @pytest.mark.engine

@@ -262,8 +262,9 @@ def _built_at_kv_cache_init(install: wheels.EngineInstall) -> dict[str, Any] | N
     if start is None:
         return None
     indent = len(lines[start]) - len(lines[start].lstrip())
-    end = next((i for i in range(start + 1, len(lines))
-                if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= indent), len(lines))
+    end = next((i for i in range(start + 1, len(lines))  # the signature's closing ") -> None:" is not the end
+                if lines[i].strip() and not lines[i].lstrip().startswith(")")
+                and len(lines[i]) - len(lines[i].lstrip()) <= indent), len(lines))
     built = next((i for i in range(start, end) if "self.block_tables = BlockTables(" in lines[i]), None)
     if built is None:
         return None

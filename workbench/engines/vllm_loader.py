@@ -60,7 +60,7 @@ NEVER_STOOD_IN = frozenset({
 NVML_MODULES = ("pynvml", "vllm.third_party.pynvml")
 
 LOG: dict[str, set[str]] = {"modules": set(), "ops": set(), "fakes_skipped": set(), "meta_tensors": set(),
-                            "inspection": set(), "ops_answered_false": set()}
+                            "inspection": set(), "ops_answered_false": set(), "reasoning_ids_left": set()}
 HOST_MEMORY = 2 << 40  # the workbench's assumption: an 8-GPU node's host memory (a DGX H100 has 2 TB)
 FACTORIES = ("zeros", "empty", "ones", "full", "arange", "tensor", "rand", "randn", "randint")
 
@@ -358,6 +358,41 @@ def tokenizers_need_files() -> None:
 
     from_pretrained.workbench_needs_files = True  # type: ignore[attr-defined]
     base.from_pretrained = classmethod(from_pretrained)
+
+
+def reasoning_ids_without_tokenizer() -> bool:
+    """The reasoning parser's token ids left uninitialized when the model has no tokenizer file here.
+
+    From 0.20.0 on, ``VllmConfig.__post_init__`` ends by calling
+    ``ReasoningConfig.initialize_token_ids`` (``config/reasoning.py``), which loads the tokenizer to
+    encode the parser's think start/end strings. Those ids steer the thinking budget at run time and
+    size no buffer; the engine itself leaves them uninitialized (and warns) when the strings are
+    missing. So a ``TokenizerFilesMissing`` inside it leaves them so too, and ``LOG`` records where,
+    for the check's notes; every other tokenizer load still stops the check. False when the release
+    has no such method."""
+    try:
+        reasoning = importlib.import_module("vllm.config.reasoning")
+    except ModuleNotFoundError:
+        return False
+    config_class = getattr(reasoning, "ReasoningConfig", None)
+    original = getattr(config_class, "initialize_token_ids", None)
+    if original is None:
+        return False
+    if getattr(original, "workbench_without_tokenizer", False):
+        return True
+    package = Path(str(reasoning.__file__)).parents[2]
+
+    def initialize_token_ids(self: Any, model_config: Any) -> None:
+        try:
+            original(self, model_config)
+        except TokenizerFilesMissing as error:
+            lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if f.filename == reasoning.__file__]
+            where = f"{Path(str(reasoning.__file__)).relative_to(package)}:{lines[0]}" if lines else "?"
+            LOG["reasoning_ids_left"].add(f"ReasoningConfig.initialize_token_ids ({where})")
+
+    initialize_token_ids.workbench_without_tokenizer = True  # type: ignore[attr-defined]
+    setattr(config_class, "initialize_token_ids", initialize_token_ids)  # noqa: B010
+    return True
 
 
 def _release_line(error: BaseException, package: Path) -> str:

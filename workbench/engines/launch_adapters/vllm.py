@@ -235,6 +235,7 @@ class VLLMAdapter(LaunchAdapter):
 
             self.in_process_inspection = vllm_loader.model_inspection_in_process()
             vllm_loader.tokenizers_need_files()
+            vllm_loader.reasoning_ids_without_tokenizer()
             resolution = "loaded"
         except BaseException as error:  # noqa: BLE001
             resolution = f"does not load: {_where(error, self.package_dir)}"
@@ -404,6 +405,9 @@ class VLLMAdapter(LaunchAdapter):
         stood = vllm_loader.stood_in()
         notes = [f"stand-ins: {len(stood['modules'])} modules the release imports are not installed here; "
                  f"{len(stood['ops'])} compiled kernel ops were looked up, none ran"] if stood["ops"] else []
+        for left in sorted(vllm_loader.LOG["reasoning_ids_left"]):
+            notes.append(f"the reasoning parser's token ids were left uninitialized: {left} loads the model's tokenizer, "
+                         f"and {model.folder} holds no tokenizer file (they steer the thinking budget; no buffer)")
         if self.in_process_inspection:
             notes.append("the model registry inspected the model class in this process (vLLM runs that in a subprocess)")
         functions = tuple(dict.fromkeys([*(f for written in writes.values() for f in written.functions), *started]))
