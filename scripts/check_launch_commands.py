@@ -1,7 +1,7 @@
 """Check every real launch command of a data set and time each check (the preflight's benchmark).
 
     PYTHONPATH=. python scripts/check_launch_commands.py [tests/data/launch_commands.jsonl] [--engine sglang]
-        [--repeat N] [--tries N] [--json OUT.json]
+        [--repeat N] [--tries N] [--json OUT.json] [--follow-advice]
 
 The model configs are read from the data set's Hugging Face cache (``HF_HUB_CACHE`` defaults to
 ``tests/data/hf_cache/hub``). Each command is checked under the release its source names, else
@@ -11,6 +11,12 @@ parser accepts it, asking at most ``--tries`` releases that their learned parser
 older releases on the way), the counts by exit status, and the
 time of each check: the first of each release includes starting its engine process; ``--repeat N``
 checks every command N more times and reports the median of those (the engine processes warm).
+
+``--follow-advice`` then does what an undecided answer about a local model directory asks of its
+user: where the record says which hub model that directory holds and the data set's cache has its
+config, the command is checked again with ``--model-config`` that config. Those answers are counted
+apart (they are not the command as published), so that the rows past the model's config are
+exercised on every command whose model is known.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ import time
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.preflight.batch import Outcome
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,6 +46,8 @@ def main() -> int:
     parser.add_argument("--tries", type=int, default=None,
                         help="older releases asked for real per command the default's parser refuses (default: the batch's)")
     parser.add_argument("--json", help="write the outcomes here")
+    parser.add_argument("--follow-advice", action="store_true",
+                        help="check a command whose local model directory is missing again with its hub model's config")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_CACHE", str(ROOT / "tests" / "data" / "hf_cache" / "hub"))
     from workbench.preflight.batch import TRIES, check_all
@@ -67,9 +79,43 @@ def main() -> int:
     if warm:
         print(f"warm checks ({args.repeat} more passes, {len(warm)} checks): median {statistics.median(warm):.2f} s, "
               f"max {max(warm):.2f} s")
+    followed = _follow_advice(records, outcomes, tries) if args.follow_advice else []
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=1))
+        if followed:
+            Path(args.json).with_suffix(".advised.json").write_text(json.dumps([asdict(o) for o in followed], indent=1))
     return 0
+
+
+def _advised_config(record: dict[str, Any], outcome: Outcome) -> str | None:
+    """The config the record's hub model has in the data set's cache, when the answer was that the
+    command's local model directory is not on this machine (the answer asks for --model-config)."""
+    ids = record.get("model_ids") or []
+    if outcome.status != 3 or "no such directory on this machine" not in outcome.verdict or not ids or not ids[0]:
+        return None
+    # the data set's own cache, laid out as the hub's (this process has no huggingface_hub)
+    folder = Path(os.environ["HF_HUB_CACHE"]) / f"models--{ids[0].replace('/', '--')}"
+    found = sorted(folder.glob("snapshots/*/config.json"))
+    return str(found[0]) if found else None
+
+
+def _follow_advice(records: list[dict[str, Any]], outcomes: list[Outcome], tries: int) -> list[Outcome]:
+    from workbench.preflight.batch import check_one
+
+    followed = []
+    for record, outcome in zip(records, outcomes):
+        config = _advised_config(record, outcome)
+        if config is None:
+            continue
+        named = {**record, "release": outcome.release.split("==", 1)[1] if outcome.release else record.get("release")}
+        again = check_one(named, tries=tries, model_config=config)
+        followed.append(again)
+        print(f"{again.status}  {again.id[:58]:<58} {again.release:<22} {again.seconds:6.2f}s  {again.verdict[:150]}"
+              f"  [--model-config {record['model_ids'][0]}]")
+    counts = Counter(o.status for o in followed)
+    print(f"\nafter giving --model-config as the answer asks: {len(followed)} commands: {counts[0]} safe, "
+          f"{counts[1]} fail, {counts[3]} undecided, {counts[2]} refused")
+    return followed
 
 
 if __name__ == "__main__":
