@@ -141,6 +141,33 @@ def test_npu_makes_the_engine_take_ascend_and_page_128() -> None:
 
 
 @sglang
+def test_an_ascend_only_variable_puts_the_command_on_an_npu_and_the_engine_picks_its_backend() -> None:
+    """No --device: SGLang picks the device it finds. A command that sets ASCEND_RT_VISIBLE_DEVICES
+    runs where the Ascend runtime is, so the check stands in a 910B, and SGLang 0.5.23's own code
+    then takes the ascend backend and page 128 (as with --device npu above); --gpu still wins."""
+    command = "export ASCEND_RT_VISIBLE_DEVICES=0,1,2,3\npython -m sglang.launch_server --model-path Qwen/Qwen3-32B --tp 4"
+    d = resolve(command, engine="sglang==0.5.23", progress=None)
+    assert d is not None and d.launch_names == ("ascend",) and d.geometry.page_size == 128
+    assert d.settings["gpu"].value.startswith("910b") and "ASCEND_RT_VISIBLE_DEVICES" in d.settings["gpu"].source
+    given = resolve(command, engine="sglang==0.5.23", gpu="h100", progress=None)
+    assert given is not None and given.launch_names == ("fa3",)
+
+
+@vllm
+def test_vllm_on_an_npu_is_undecided_not_read_as_a_gpu() -> None:
+    """vLLM names no device: on Ascend its platform is the vllm-ascend plugin's, which the check
+    does not load, so an Ascend command (HCCL_BUFFSIZE) or --gpu 910b is undecided, saying so, and
+    the refusal a GPU's reading would give (a world of 16 on an 8-GPU node) is not made."""
+    command = ("export HCCL_BUFFSIZE=200\nvllm serve Qwen/Qwen3-32B --quantization ascend --tensor-parallel-size 16 "
+               "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'")
+    result = _check(command, engine="vllm==0.34.0")
+    assert result.status == UNDECIDED and "vllm-ascend plugin's platform" in result.verdict  # type: ignore[attr-defined]
+    assert any(n.startswith("gpu: 910b") and "HCCL_BUFFSIZE" in n for n in result.notes)  # type: ignore[attr-defined]
+    given = _check("vllm serve Qwen/Qwen3-32B", engine="vllm==0.34.0", gpu="910b")
+    assert given.status == UNDECIDED and "vllm-ascend plugin's platform" in given.verdict  # type: ignore[attr-defined]
+
+
+@sglang
 def test_the_gpu_given_picks_the_engines_default_backend() -> None:
     base = "python -m sglang.launch_server --model-path Qwen/Qwen3-32B"
     hopper = resolve(base, engine="sglang==0.5.23", gpu="h100", progress=None)

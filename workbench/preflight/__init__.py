@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -66,6 +66,10 @@ def pick_gpu(command: LaunchCommand, name: str | None) -> tuple[Gpu, str]:
             raise PreflightError(str(err)) from None
     if _device_hint(command.argv) == "npu":
         return gpus.gpu("910b"), "the workbench's assumption for --device npu (give --gpu to change it)"
+    ascend = _ascend_variables(command.env)
+    if ascend:
+        return gpus.gpu("910b"), (f"the workbench's assumption for a command that sets {', '.join(ascend[:3])} (read only "
+                                  "on an Ascend NPU; give --gpu to change it)")
     default = gpus.default_name()
     return gpus.gpu(default), f"the workbench's default (give --gpu: {', '.join(gpus.names())})"
 
@@ -77,6 +81,17 @@ def _device_hint(argv: Sequence[str]) -> str | None:
         if len(name) >= 5 and "--device".startswith(name):
             return value if has_value else (argv[i + 1] if i + 1 < len(argv) else None)
     return None
+
+
+# Variables only an Ascend stack reads: its runtime (ASCEND_RT_VISIBLE_DEVICES), its collective
+# library (HCCL_*), torch_npu's allocator (PYTORCH_NPU_ALLOC_CONF) and the vllm-ascend plugin's own
+# (VLLM_ASCEND_*). A vLLM command names no device: its platform is the installed plugin's.
+_ASCEND_PREFIXES = ("ASCEND_", "HCCL_", "PYTORCH_NPU_", "VLLM_ASCEND_")
+
+
+def _ascend_variables(env: Mapping[str, str]) -> list[str]:
+    """The command's own variables that only an Ascend deployment reads."""
+    return [name for name in env if name.startswith(_ASCEND_PREFIXES)]
 
 
 # $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <eagle3_model_name>, also
@@ -246,9 +261,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
         raise PreflightError(f"{choice.release} refuses the command ({by}): {message}{hint}")
-    if resolution.status != RESOLVED:
-        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED,
-                           f"UNDECIDED: {resolution.message}")
+    if resolution.status != RESOLVED:  # no settings to show the GPU among: a note says which and why
+        return CheckResult(parsed, choice, None, (), (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})"),
+                           UNDECIDED, f"UNDECIDED: {resolution.message}")
     try:
         deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
     except NotModelled as err:

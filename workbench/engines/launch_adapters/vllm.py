@@ -66,6 +66,14 @@ from workbench.engines.launch_adapters.common import (
 from workbench.engines.model_lookup import Located, apply_hub_env, locate
 
 API_SERVER = "python -m vllm.entrypoints.openai.api_server"
+# vLLM on an Ascend NPU runs as the vllm-ascend plugin's platform (its NPUPlatform, found through the
+# ``vllm.platform_plugins`` entry point), which sets the block size and graph mode and brings its own
+# drafter and global patches. The engine process loads vLLM's own code on a CUDA or ROCm stand-in
+# only: its reading of the command would be a GPU's, not this deployment's.
+NPU_PLATFORM = ("vLLM on an Ascend NPU runs through the vllm-ascend plugin's platform (block size, graph mode, its "
+                "drafter), which the workbench does not load; read on a GPU stand-in the command would size a GPU's "
+                "tables, not this deployment's (the vllm-ascend drafter's block table is modelled on its own: "
+                "`workbench probe --cases` with component vllm-ascend-block-table)")
 # The sub-configs of the engine config whose fields are reported (dotted: ``cache_config.block_size``).
 SECTIONS = ("model_config", "cache_config", "parallel_config", "scheduler_config", "speculative_config",
             "compilation_config", "device_config", "load_config", "attention_config", "kernel_config")
@@ -315,6 +323,8 @@ class VLLMAdapter(LaunchAdapter):
             return Resolution(request.engine, REJECTED, refused, "parser", seconds={"parse": time.perf_counter() - start})
         times = {"parse": time.perf_counter() - start}
         flags = _flag_uses(request.argv, taken, namespace)
+        if request.gpu.platform == "npu":
+            return Resolution(request.engine, UNDECIDED, NPU_PLATFORM, flags=tuple(flags), seconds=times)
         model_name = str(getattr(namespace, "model", "") or "")
         model = locate(model_name, revision=getattr(namespace, "revision", None), model_config=request.model_config,
                        cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL")
