@@ -82,14 +82,32 @@ def test_an_answer_that_needs_nothing_is_asked_once(monkeypatch: pytest.MonkeyPa
     assert processes.asked == [()]
 
 
-def test_each_set_of_libraries_has_a_process_of_its_own() -> None:
+def test_each_set_of_libraries_has_a_process_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch_service, "run_dir", lambda: Path("/run/wb"))  # short: the names in full
     plain = launch_service.socket_path("vllm==0.34.0", "h100")
     both = launch_service.socket_path("vllm==0.34.0", "h100", ("torchvision", "triton"))
     assert plain.name == "vllm-0.34.0-h100.sock" and both.name == "vllm-0.34.0-h100+torchvision+triton.sock"
 
 
+def test_a_socket_whose_name_would_pass_the_limit_is_named_by_a_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Unix socket's path holds at most 107 bytes, and the engine process binds it with ".<pid>"
+    added first: under a test session's deep run folder, vLLM on an NPU with its plugin and
+    torchvision passed it (OSError: AF_UNIX path too long)."""
+    deep = Path("/run") / ("d" * 52)  # 57 characters: a test worker's run folder is as deep
+    monkeypatch.setattr(launch_service, "run_dir", lambda: deep)
+    libraries = ("torchvision", "vllm-ascend")
+    assert len(str(deep / "vllm-0.23.0-910b+torchvision+vllm-ascend.sock")) > 107 - len(".4194304")
+    long_one = launch_service.socket_path("vllm==0.23.0", "910b", libraries)
+    assert len(str(long_one)) + len(".4194304") <= 107 and long_one.name.startswith("vllm-0.23.0-910b+")
+    assert long_one != launch_service.socket_path("vllm==0.23.0", "910b", ("torchvision",))  # each set its own
+    assert long_one == launch_service.socket_path("vllm==0.23.0", "910b", libraries)
+
+
 def test_what_the_model_class_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert vllm_adapter._libraries_missed("ModuleNotFoundError: No module named 'torchvision'") == ("torchvision",)
+    # vLLM 0.18.0's Qwen3-VL classes (Qwen3.5 imports them) on its transformers without Pillow
+    said = "ImportError: cannot import name 'PILImageResampling' from 'transformers.image_utils'"
+    assert vllm_adapter._libraries_missed(said) == ("torchvision",)
     # vLLM's own placeholder stands where triton is missing (vllm.triton_utils.HAS_TRITON false)
     monkeypatch.setitem(sys.modules, "vllm.triton_utils", types.SimpleNamespace(HAS_TRITON=False))
     assert vllm_adapter._libraries_missed("AttributeError: 'function' object has no attribute 'num_stages'") == ("triton",)

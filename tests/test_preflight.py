@@ -153,18 +153,48 @@ def test_an_ascend_only_variable_puts_the_command_on_an_npu_and_the_engine_picks
     assert given is not None and given.launch_names == ("fa3",)
 
 
+# vllm-ascend issue 9290's deployment (Qwen3.5-122B, MTP with 13 draft tokens) at 32768 tokens, TP 16
+# as on an Atlas 800 A3 node: the HCCL variable puts it on an NPU.
+ASCEND_MTP = ("export HCCL_BUFFSIZE=200\nvllm serve Qwen/Qwen3.5-122B-A10B --max-model-len 32768 "
+              "--tensor-parallel-size 16 --speculative-config '{\"num_speculative_tokens\": 13, \"method\": \"mtp\"}'")
+
+
 @vllm
-def test_vllm_on_an_npu_is_undecided_not_read_as_a_gpu() -> None:
-    """vLLM names no device: on Ascend its platform is the vllm-ascend plugin's, which the check
-    does not load, so an Ascend command (HCCL_BUFFSIZE) or --gpu 910b is undecided, saying so, and
-    the refusal a GPU's reading would give (a world of 16 on an 8-GPU node) is not made."""
-    command = ("export HCCL_BUFFSIZE=200\nvllm serve Qwen/Qwen3-32B --quantization ascend --tensor-parallel-size 16 "
-               "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'")
-    result = _check(command, engine="vllm==0.34.0")
-    assert result.status == UNDECIDED and "vllm-ascend plugin's platform" in result.verdict  # type: ignore[attr-defined]
-    assert any(n.startswith("gpu: 910b") and "HCCL_BUFFSIZE" in n for n in result.notes)  # type: ignore[attr-defined]
-    given = _check("vllm serve Qwen/Qwen3-32B", engine="vllm==0.34.0", gpu="910b")
-    assert given.status == UNDECIDED and "vllm-ascend plugin's platform" in given.verdict  # type: ignore[attr-defined]
+def test_vllm_on_an_npu_is_read_by_the_vllm_ascend_plugins_platform() -> None:
+    """vLLM names no device: on Ascend its platform is the vllm-ascend plugin's. The check loads
+    the plugin's release of the same version beside vLLM's, picks the newest vLLM it has one for,
+    and its platform resolves the command: an Ascend attention backend's block size (128), no
+    refusal of a world of 16 (a GPU node's check), and the drafter's table row. vllm-ascend 0.23.0
+    resets a draft step's seq_len past max_model_len (PR 10117): ok."""
+    result = _check(ASCEND_MTP, engine=None)
+    d = result.deployment  # type: ignore[attr-defined]
+    assert d is not None, result.verdict  # type: ignore[attr-defined]
+    assert result.choice.release == "vllm==0.23.0" and "vllm-ascend" in result.choice.reason  # type: ignore[attr-defined]
+    assert d.settings["platform_plugin"].value == "vllm-ascend==0.23.0"
+    assert "NPUPlatform" in d.settings["platform_plugin"].source
+    block = d.settings["cache_config.block_size"]
+    assert block.value == 128 and block.source.startswith("Ascend")  # the plugin's backend chose it
+    assert [(r.backend, r.outcome, r.width) for r in result.rows] == [("vllm-ascend-block-table", "ok", 256)]  # type: ignore[attr-defined]
+    assert result.status == SAFE  # type: ignore[attr-defined]
+
+
+@vllm
+def test_vllm_ascend_before_the_reset_reads_past_the_row_at_the_worked_length() -> None:
+    """vllm-ascend 0.18.0's drafter keeps advancing seq_len (issue 9098's state). Worked by hand:
+    rows of cdiv(32768, 128) = 256 blocks; the last of the 12 further draft steps attends s + 12
+    tokens, 257 blocks once s + 12 > 32768, so from seq_len 32757, committed length 32756."""
+    result = _check(ASCEND_MTP, engine="vllm==0.18.0")
+    assert result.status == FAILS  # type: ignore[attr-defined]
+    (row,) = result.rows  # type: ignore[attr-defined]
+    assert (row.backend, row.rule, row.width, row.first_failing, row.outcome) == (
+        "vllm-ascend-block-table", "vllm-ascend==0.18.0", 256, 32756, "silent-overread")
+
+
+@vllm
+def test_vllm_on_an_npu_without_a_plugin_release_is_undecided_naming_those_with_one() -> None:
+    result = _check("vllm serve Qwen/Qwen3-32B", engine="vllm==0.34.0", gpu="910b")
+    assert result.status == UNDECIDED and "vllm-ascend has no release 0.34.0" in result.verdict  # type: ignore[attr-defined]
+    assert "give --engine vllm==0.23.0" in result.verdict  # type: ignore[attr-defined]
 
 
 @sglang

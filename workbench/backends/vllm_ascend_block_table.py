@@ -24,6 +24,11 @@ release has, read from its code by ``workbench engines learn vllm-ascend==X`` (t
 run on a CPU: ``learn_vllm_ascend``); a ``drafter`` the case gives itself wins. Not modelled: the
 guards between (#2708 masked by position, #9221 skipped the drafter when ``max_seq_len + k``
 passed the drafter's length).
+
+In a launch check (``launch_case``): a vLLM command on an NPU is resolved by vLLM with the
+vllm-ascend plugin's platform loaded (its release of the same version), which gives the block size
+and the speculative settings; a drafter of k >= 2 model steps sets up ``draft-steps``, and the row
+is this drafter's last step, under the plugin release's learned drafter.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class AscendDraftCase(BackendCase):
     draft_step: int | None = None  # 1 .. k - 1; None: the last, which reads the most
     seq_lens: tuple[int, ...]  # committed lengths entering the drafter (each <= max_model_len)
     drafter: str = "reset"
+    engine: str = ""  # the vllm-ascend release whose drafter this is ("": the drafter given)
 
     @property
     def step(self) -> int:
@@ -119,6 +125,20 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
     scan_label = "seq_len"  # the search runs one request
     seeds = (SEED_9098,)
     boundary_rejects = ("seq_lens",)
+    launch_names = ("draft-steps",)  # a launch whose drafter runs k - 1 steps (preflight's resolve_vllm)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int,
+                    extra: Mapping[str, object]) -> AscendDraftCase | None:
+        """The drafter's last step (it reads the most) for a launch the vllm-ascend plugin's platform
+        resolved (``extra["platform_plugin"]``: ``vllm-ascend==X``, whose learned drafter it takes);
+        None when that release's drafter was never learned or has no multi-step drafter."""
+        plugin = str(extra.get("platform_plugin") or "")
+        k = int(str(extra.get("num_speculative_tokens") or 0))
+        if plugin not in drafters() or k < 2:
+            return None
+        return self.parse({"component": self.name, "engine": plugin, "max_model_len": max_model_len,
+                           "block_size": block_size, "dcp": int(str(extra.get("dcp_size", 1))),
+                           "num_speculative_tokens": k, "seq_lens": [1]})
 
     def release_cases(self) -> tuple[dict[str, object], ...]:
         """9098's deployment under each learned vllm-ascend release, its drafter the release's own."""
@@ -136,6 +156,7 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
             draft_step=int_field(data, "draft_step") if "draft_step" in data else None,
             seq_lens=(1,) if boundary else int_list_field(data, "seq_lens"),  # a boundary sets its own
             drafter=choice_field(data, "drafter", DRAFTERS, _release_drafter(data)),
+            engine=str(data.get("engine", "")) if "drafter" not in data else "",
         )
 
     def case_problem(self, case: AscendDraftCase) -> str | None:
@@ -173,7 +194,7 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
     def at(self, case: AscendDraftCase, value: int) -> AscendDraftCase:
         return AscendDraftCase(component=case.component, max_model_len=case.max_model_len, block_size=case.block_size,
                                dcp=case.dcp, num_speculative_tokens=case.num_speculative_tokens,
-                               draft_step=case.draft_step, seq_lens=(value,), drafter=case.drafter)
+                               draft_step=case.draft_step, seq_lens=(value,), drafter=case.drafter, engine=case.engine)
 
     def scan_range(self, case: AscendDraftCase) -> tuple[int, int]:
         """Every committed length the drafter can start from."""

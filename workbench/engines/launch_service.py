@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import select
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.engines import wheels
+from workbench.engines import releases, wheels
 from workbench.engines.launch_adapters import (
     LaunchRequest,
     Resolution,
@@ -93,10 +94,18 @@ def _make_room(keep: Path) -> None:
     stop_all(paths=sorted(live, key=last_use)[:surplus])
 
 
+SOCKET_CHARS = 96  # a Unix socket's path is at most 107 bytes; the zygote binds it with ".<pid>" added first
+
+
 def socket_path(engine: str, gpu: str, libraries: tuple[str, ...] = ()) -> Path:
-    """The engine process's socket; one with optional libraries (``resolve`` asks for them) has its own."""
+    """The engine process's socket; one with optional libraries (``resolve`` asks for them) has its
+    own, named by them, or by a digest of their names where the run folder leaves no room for them."""
     extra = "".join(f"+{name}" for name in libraries)
-    return run_dir() / f"{engine.replace('==', '-')}-{gpu}{extra}.sock"
+    path = run_dir() / f"{engine.replace('==', '-')}-{gpu}{extra}.sock"
+    if libraries and len(str(path)) > SOCKET_CHARS:
+        digest = hashlib.sha1(extra.encode()).hexdigest()[:8]
+        path = path.with_name(f"{engine.replace('==', '-')}-{gpu}+{digest}.sock")
+    return path
 
 
 def _send(path: Path, message: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -134,7 +143,7 @@ def _lock(path: Path) -> contextlib.AbstractContextManager[None]:
 
 
 def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, owner: bool, progress: IO[str] | None,
-           extra_paths: list[str] | None = None) -> dict[str, Any]:
+           extra_paths: list[str] | None = None, libraries: tuple[str, ...] = ()) -> dict[str, Any]:
     """Start the engine process; its ready line (what it loaded)."""
     log = path.with_suffix(".log")
     job = {"engine": install.engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
@@ -144,7 +153,6 @@ def _start(install: wheels.EngineInstall, gpu_json: dict[str, Any], path: Path, 
     env.update({"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                 "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])})
     if progress is not None:
-        libraries = path.stem.split("+")[1:]  # socket_path names the optional libraries
         with_paths = f" with {' and '.join(libraries)}" if libraries else ""
         progress.write(f"workbench: loading {install.engine}'s parser and resolution on a stand-in {gpu_json['name']}"
                        f"{with_paths} (once; later checks reuse it)...\n")
@@ -188,14 +196,14 @@ def ensure(install: wheels.EngineInstall, gpu_json: dict[str, Any], *, owner: bo
                 paths = library_paths(install, libraries)
                 if paths is None:  # resolve() asks only for what the cache has
                     raise EngineUnavailable(f"{install.engine}: {' and '.join(libraries)} not in the cache")
-                _start(install, gpu_json, path, owner, progress, [str(p) for p in paths])
+                _start(install, gpu_json, path, owner, progress, [str(p) for p in paths], libraries)
                 return path
             ready = _start(install, gpu_json, path, owner, progress)
             if _needs_torchvision(ready) and install.torchvision.exists():
                 # Some releases' pinned transformers refuse to register the engine's image processors
                 # without torchvision; others fail when it is there: it is added only when asked for.
                 stop_all(paths=[path])
-                _start(install, gpu_json, path, owner, progress, [str(install.torchvision)])
+                _start(install, gpu_json, path, owner, progress, [str(install.torchvision)], ("torchvision",))
     return path
 
 
@@ -220,8 +228,10 @@ def _needs_torchvision(ready: dict[str, Any]) -> bool:
 def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> list[Path] | None:
     """The cache's folder of each optional library, or None when one cannot be had: torchvision
     (with Pillow, about 30 MB) is fetched here on first use; triton (about 1 GB) only when asked
-    for (``workbench engines fetch --triton``)."""
+    for (``workbench engines fetch --triton``); a listed engine's name (a platform plugin such as
+    vllm-ascend) is its release of the release's own version, fetched on first use."""
     paths = []
+    version = wheels.split_engine(install.engine)[1]
     for name in libraries:
         if name == "torchvision":
             try:
@@ -230,9 +240,19 @@ def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> 
                 return None
         elif name == "triton" and (triton := wheels.triton_dir()) is not None:
             paths.append(triton)
+        elif name in releases.ENGINES and releases.is_listed(f"{name}=={version}"):
+            try:
+                paths.append(wheels.fetch(f"{name}=={version}").src)
+            except wheels.FetchError:
+                return None
         else:
             return None
     return paths
+
+
+def _plugin(name: str) -> bool:
+    """A library that is an engine's platform plugin (a listed engine), not a library every GPU install has."""
+    return name in releases.ENGINES
 
 
 def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: bool = True,
@@ -247,17 +267,26 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
     while answer.needs and not set(answer.needs) <= set(libraries):
         wanted = tuple(sorted({*libraries, *answer.needs}))
         if library_paths(install, wanted) is None:
-            missing = " and ".join(n for n in wanted if library_paths(install, (n,)) is None)
-            return dataclasses.replace(answer, message=f"{answer.message}; every GPU install of the engine has {missing}, "
-                                                       "which the workbench's cache has not: `workbench engines fetch "
-                                                       "--triton` fetches it (about 1 GB), then check again")
+            missing = [n for n in wanted if library_paths(install, (n,)) is None]
+            plugins = [n for n in missing if _plugin(n)]
+            if plugins:
+                return dataclasses.replace(answer, message=f"{answer.message}; its release {plugins[0]}=="
+                                                           f"{wheels.split_engine(install.engine)[1]} could not be "
+                                                           "fetched into the workbench's cache")
+            return dataclasses.replace(answer, message=f"{answer.message}; every GPU install of the engine has "
+                                                       f"{' and '.join(missing)}, which the workbench's cache has not: "
+                                                       "`workbench engines fetch --triton` fetches it (about 1 GB), then "
+                                                       "check again")
         stopped.append(f"without {' and '.join(n for n in wanted if n not in libraries)}: {answer.message}")
         libraries = wanted
         answer = resolution_from_json(_ask(request, install, owner, progress, libraries))
     if not libraries:
         return answer
-    note = (f"read by an engine process with {' and '.join(libraries)}, which every GPU install of the engine has "
-            f"({'; '.join(stopped)})")
+    version = wheels.split_engine(install.engine)[1]
+    plugins = [f"{n}=={version}'s platform plugin" for n in libraries if _plugin(n)]
+    common = [n for n in libraries if not _plugin(n)]
+    said = [*plugins, *([f"{' and '.join(common)}, which every GPU install of the engine has"] if common else [])]
+    note = f"read by an engine process with {'; and '.join(said)} ({'; '.join(stopped)})"
     return dataclasses.replace(answer, notes=(*answer.notes, note))
 
 

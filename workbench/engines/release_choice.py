@@ -3,7 +3,9 @@
 The release is the one asked for (``--engine sglang==0.5.21``, any listed in
 ``data/engines/releases.json``, or a pseudo-version of ``data/launch_defaults.json`` such as
 ``sglang==0.5.23+revert-ascend-width``, read by its base release), else the engine installed in
-this environment (its version, when listed), else the newest listed. The verdict names it and why.
+this environment (its version, when listed), else the newest listed; on a device the engine runs
+through a platform plugin (vLLM on an Ascend NPU: vllm-ascend), the newest listed release that the
+plugin has a release of the same version for. The verdict names it and why.
 
 Buffer data (sizing rules, replays, gathers) exist for the measured releases
 (``versions.measured_releases``); a release without its own takes the nearest measured one's
@@ -56,8 +58,10 @@ def _pseudo_base(asked: str) -> str | None:
     return version.base if version is not None and version.base else None
 
 
-def choose(name: str, asked: str | None) -> Choice:
-    """The release for a command of engine ``name``; ValueError naming what is allowed."""
+def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
+    """The release for a command of engine ``name``; ValueError naming what is allowed. ``plugin``:
+    the package the engine runs through on the command's device (vllm-ascend on an NPU): unless a
+    release is asked for, the newest release that package has a release of the same version for."""
     if asked:
         engine, _ = releases.split(asked)
         if engine != name:
@@ -70,8 +74,12 @@ def choose(name: str, asked: str | None) -> Choice:
         release, reason = base or asked, "--engine"
     else:
         here = installed(name)
+        paired = [r for r in releases.releases(name) if releases.is_listed(f"{plugin}=={_version(r)}")] if plugin else []
         if here is not None and releases.is_listed(f"{name}=={here}"):
             release, reason = f"{name}=={here}", "installed in this environment"
+        elif paired:
+            release = paired[-1]
+            reason = f"the newest listed release {plugin} has a release for (this device runs it through {plugin})"
         else:
             release = releases.newest(name)
             reason = "the newest listed release" + (f"; the installed {name} {here} is not listed" if here else

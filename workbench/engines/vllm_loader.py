@@ -24,7 +24,13 @@ this process so that the release's own files run:
 * a tensor the release creates on the GPU is a meta tensor (shape and dtype, no data: reading a
   value from one raises);
 * the model registry inspects a model class in this process (vLLM runs that in a subprocess
-  of its own, which would not have these stand-ins).
+  of its own, which would not have these stand-ins);
+* a platform plugin among the extra paths (vllm-ascend, on an NPU ``Gpu``): vLLM's own plugin
+  look-up (its ``vllm.platform_plugins`` entry point) finds it and makes its platform the
+  current one, as on an Ascend machine; ``torch_npu`` is stood in for the plugin's files as for
+  vLLM's, torch's private device takes the name ``npu`` (what ``torch_npu`` does at import), and
+  ``torch.npu`` answers the device questions as the ``Gpu`` (``platform_standins``), any other
+  attribute a stand-in.
 
 Everything stood in is recorded (``LOG``), so a resolution can say what it did not run.
 This changes the process for good, so it runs only in an engine process.
@@ -105,18 +111,21 @@ def nvml_module(name: str, gpu: Gpu) -> types.ModuleType:
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """NVML as the GPU (first on the path), and stand-ins for what the engine's files import and
-    nothing else finds (last on the path)."""
+    """NVML as the GPU (first on the path), and stand-ins for what the engine's files (and a
+    platform plugin's) import and nothing else finds (last on the path)."""
 
-    def __init__(self, package_dir: Path, gpu: Gpu, last: bool) -> None:
-        self.root, self.gpu, self.last = str(package_dir.parent), gpu, last
+    def __init__(self, roots: Sequence[Path], gpu: Gpu, last: bool, plugin: bool = False) -> None:
+        self.roots, self.gpu, self.last = tuple(str(root) for root in roots), gpu, last
+        # with its platform's plugin loaded, the NPU's own library is what the plugin's files import
+        self.never = NEVER_STOOD_IN - {"torch_npu"} if plugin else NEVER_STOOD_IN
+        self.hardware = tuple(w for w in HARDWARE_WORDS if w != "npu") if plugin else HARDWARE_WORDS
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: types.ModuleType | None = None,
                   ) -> importlib.machinery.ModuleSpec | None:
         if not self.last:
             return importlib.machinery.ModuleSpec(name, self) if name in NVML_MODULES else None
         top = name.split(".")[0]
-        if (top in sys.stdlib_module_names or top in NEVER_STOOD_IN or any(w in top.lower() for w in HARDWARE_WORDS)
+        if (top in sys.stdlib_module_names or top in self.never or any(w in top.lower() for w in self.hardware)
                 or not self._engine_imports()):
             return None
         LOG["modules"].add(top)
@@ -144,9 +153,39 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if filename in ("<frozen importlib.util>",) or filename.endswith(("importlib/util.py",)):
                 return False
             if not (filename.startswith("<frozen importlib") or filename.endswith("importlib/__init__.py")):
-                return filename.startswith(self.root)
+                return filename.startswith(self.roots)
             frame = frame.f_back
         return False
+
+
+def platform_plugin(path: Path) -> str | None:
+    """``name==version`` of the distribution at ``path`` that declares a vLLM platform plugin (a
+    ``vllm.platform_plugins`` entry point: vllm-ascend's ``ascend = vllm_ascend:register``), if any."""
+    for info in path.glob("*.dist-info"):
+        points = info / "entry_points.txt"
+        if points.exists() and "[vllm.platform_plugins]" in points.read_text():
+            name, version = info.name.removesuffix(".dist-info").split("-", 1)
+            return f"{name.replace('_', '-')}=={version}"
+    return None
+
+
+def _npu_device() -> None:
+    """What ``torch_npu`` does to torch at import, as far as a plugin's configuration code asks:
+    the private device is named ``npu`` (so ``torch.device("npu")`` parses), and ``torch.npu``
+    (``platform_standins``' answers) gives a stand-in for any other attribute (streams, events)."""
+    import torch
+
+    from workbench.engines.standins import stand_in
+
+    torch.utils.rename_privateuse1_backend("npu")  # type: ignore[attr-defined]
+    module = sys.modules["torch.npu"]
+
+    def missing(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stand_in(f"torch.npu.{name}")
+
+    module.__getattr__ = missing  # type: ignore[method-assign]
 
 
 def _cuda_counts(gpu: Gpu) -> None:
@@ -299,8 +338,12 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     for path in (deps, *extra_paths):
         sys.path.append(str(path))
     register_package(package_dir)
-    sys.meta_path.insert(0, _Finder(package_dir, gpu, last=False))
-    sys.meta_path.append(_Finder(package_dir, gpu, last=True))
+    plugins = [path for path in extra_paths if platform_plugin(path) is not None]
+    if plugins and gpu.platform == "npu":
+        _npu_device()
+    roots = (package_dir.parent, *plugins)
+    sys.meta_path.insert(0, _Finder(roots, gpu, last=False))
+    sys.meta_path.append(_Finder(roots, gpu, last=True, plugin=bool(plugins)))
     ray_standin.install()
     _kernel_ops()
     _gpu_tensors_on_meta()
@@ -328,6 +371,16 @@ def model_inspection_in_process() -> bool:
             raise
 
     setattr(registry, "_run_in_subprocess", in_process)  # noqa: B010
+    # A platform that is not CUDA (a plugin's NPU) loads the class itself (``_try_load_model_cls``):
+    # its failure is recorded the same way.
+    lazy = getattr(registry, "_LazyRegisteredModel", None)
+    load = getattr(lazy, "load_model_cls", None)
+    if lazy is not None and load is not None and not getattr(load, "workbench_records", False):
+        def load_model_cls(self: Any) -> Any:
+            return in_process(lambda: load(self))
+
+        load_model_cls.workbench_records = True  # type: ignore[attr-defined]
+        setattr(lazy, "load_model_cls", load_model_cls)  # noqa: B010
     return True
 
 

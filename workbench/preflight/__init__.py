@@ -25,7 +25,7 @@ from typing import IO
 from workbench import backends
 from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
-from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution
+from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
@@ -234,11 +234,11 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
     if parsed.engine not in ADAPTERS:
         raise PreflightError(f"command: {parsed.engine} has no launch adapter on this checkout (have: {', '.join(ADAPTERS)})")
+    chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
     try:
-        choice = release_choice.choose(parsed.engine, engine)
+        choice = release_choice.choose(parsed.engine, engine, platform_plugin(parsed.engine, chosen_gpu.platform))
     except ValueError as err:
         raise PreflightError(str(err)) from None
-    chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
     outside = unset_variables(parsed)
     if outside:
         return CheckResult(parsed, choice, None, (), (), UNDECIDED,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.engines import release_choice, releases
-from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check
+from workbench.engines.launch_adapters import platform_plugin
+from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, pick_gpu
 from workbench.preflight.command import parse_command
 
 TRIES = 3  # older releases asked for real per refused command (each may start an engine process: 7-60 s)
@@ -79,7 +80,8 @@ def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) 
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
     older: tuple[str, ...] = ()
     if named is None and _refused_by_parser(status, verdict):
-        default = release_choice.choose(parsed.engine, None).release
+        gpu = pick_gpu(parsed, options.get("gpu"))[0]
+        default = release_choice.choose(parsed.engine, None, platform_plugin(parsed.engine, gpu.platform)).release
         found, older = _older_accepting(text, parsed.engine, parsed.argv, default, tries, **options)
         if found is not None:
             refused, (release, why, (status, verdict, result)) = verdict, found

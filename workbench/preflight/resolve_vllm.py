@@ -10,8 +10,11 @@ capture length and the attention backend its model runner selects. The reach nea
 limit (the scheduler's cap) is read from the release's source (``data/launch_defaults.json``).
 
 What sets tables up (``launch_names``): a DSA model has the sparse indexer's expanded block table
-(``"dsa-indexer"``), the V0 engine its graph block tables (``"v0-graph-block-tables"``). The vLLM
-backends declare those names; the registry picks them (``workbench.preflight.vllm_backends``).
+(``"dsa-indexer"``), the V0 engine its graph block tables (``"v0-graph-block-tables"``), a drafter of
+more than one step its draft steps' table (``"draft-steps"``: on an Ascend NPU, where the
+vllm-ascend plugin's platform resolved the command, ``platform_plugin``, its drafter replays them
+through the graph). The vLLM backends declare those names for their device family; the registry
+picks them (``workbench.preflight.vllm_backends``).
 The v1 block table itself leaves no room for drafts but is never read past its row (the scheduler
 and the drafter clamp, docs/engine-facts.md#vllm-limits-near-max-model-len), so a deployment with
 neither sets up no table the workbench models.
@@ -26,6 +29,8 @@ from workbench.preflight.deployment import Deployment, ResolveContext, Settings,
 
 DSA_INDEXER = "dsa-indexer"  # the sparse indexer's expanded block table, DSA models only
 V0_GRAPHS = "v0-graph-block-tables"  # the V0 model runner's captured block table
+DRAFT_STEPS = "draft-steps"  # a drafter that runs more than one step on the platform's graph
+MODEL_FREE_METHODS = ("ngram", "suffix")  # drafters that match text and run no model: no step reads the KV table
 # The parser destinations whose values the settings below are resolved from: a flag writing one
 # of them is "modelled" (shown as given, beside the value the engine resolved).
 MODELLED_FLAGS = {
@@ -38,7 +43,7 @@ READS = MODELLED_FLAGS | {
     "model_config.max_model_len", "cache_config.block_size", "speculative_config.method",
     "speculative_config.num_speculative_tokens", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
     "parallel_config.decode_context_parallel_size", "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
-    "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "attention_backend",
+    "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "attention_backend", "platform_plugin",
 }
 
 
@@ -73,6 +78,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     eager = bool(_first(s, "model_config.enforce_eager"))
     capture = _first(s, "model_config.max_seq_len_to_capture")
     v0_backend = _first(s, "attention_backend")
+    plugin = _first(s, "platform_plugin")  # vllm-ascend==X on an NPU: its platform resolved the command
     for flag in resolution.flags:  # what the command gave for them, beside what the engine made of it
         if flag.dest in MODELLED_FLAGS and flag.dest not in s.items:
             s.take(flag.dest)
@@ -86,12 +92,17 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
                               spec_topk=1, max_bs=max_num_seqs, width_gen="g1")
     names: tuple[str, ...] = ()
     if model.dsa:
-        names += (DSA_INDEXER,)
+        if plugin is None:  # the CUDA indexer's builder; a plugin's platform brings its own sparse attention
+            names += (DSA_INDEXER,)
         s.add("dsa", True, ENGINE, f"the model's config ({model.architecture}: index_topk set), as the release loaded it")
     if v0_backend is not None:
         names += (V0_GRAPHS,)
+    if k > 1 and plugin is not None and method not in MODEL_FREE_METHODS:  # the plugin's drafter steps through its graph
+        names += (DRAFT_STEPS,)
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)
     extra = {"method": method, "lookahead": lookahead, "dcp_size": dcp, "max_num_batched_tokens": batched,
-             "max_seq_len_to_capture": capture, "attention_backend": v0_backend}
-    return Deployment(context.version, context.command, context.choice, model.path, model, "cuda", geometry, names, modes,
+             "max_seq_len_to_capture": capture, "attention_backend": v0_backend, "num_speculative_tokens": k,
+             "platform_plugin": plugin}
+    family = "ascend-npu" if context.gpu.platform == "npu" else "cuda"
+    return Deployment(context.version, context.command, context.choice, model.path, model, family, geometry, names, modes,
                       not eager, rule, s.rest(resolution.flags), resolution.flags, (*resolution.notes, *s.notes), extra)

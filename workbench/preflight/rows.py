@@ -195,8 +195,12 @@ def table_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str
 
 
 def _launched_case_backends(deployment: Deployment) -> list[backends.CaseBackend[Any]]:
+    """The case backends of the engine, or of the platform plugin that resolved the launch
+    (vllm-ascend's drafter, for vLLM on an NPU), whose launch names the deployment sets up."""
     names = set(deployment.launch_names)
-    return [b for b in backends.CASE_BACKENDS if b.engine == deployment.version.family
+    plugin = str(deployment.extra.get("platform_plugin") or "").split("==", 1)[0]
+    engines = {deployment.version.family, plugin} - {""}
+    return [b for b in backends.CASE_BACKENDS if b.engine in engines
             and b.device_family == deployment.device_family and names & set(b.launch_names)]
 
 
@@ -230,7 +234,7 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
         record = backend.record(result)
         rows.append(Row(
             kind="table", backend=backend.name, buffer=backend.buffer_name, mode=Mode.DECODE.value, step_id=0,
-            rule=str(getattr(case, "engine", deployment.version.engine)), rule_source="",
+            rule=str(getattr(case, "engine", "") or deployment.version.engine), rule_source="",
             width=_int_or_none(record.get("buffer_width")),
             unit="blocks", first_failing=first, outcome=result.outcome.value if first else "ok",
             message=result.error if first else None, reach=where.largest_committed, margin=where.margin(first),

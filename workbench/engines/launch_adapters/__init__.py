@@ -217,6 +217,10 @@ class LaunchAdapter(abc.ABC):
     """One engine's parser and resolution, run inside the engine process (see the module docstring)."""
 
     engine: str
+    # The package the engine runs through on a device platform it does not support by itself (vLLM on
+    # an Ascend NPU: the vllm-ascend plugin), by ``Gpu.platform``; its release of the engine's version
+    # is loaded beside it (``launch_service.library_paths``).
+    platform_plugins: Mapping[str, str] = {}
 
     def install(self, package_dir: Path, deps: Path, extra_paths: Sequence[Path], gpu: Gpu) -> Path:
         """Make the release importable in this process, before ``load``: by default the GPU's
@@ -268,6 +272,15 @@ PROGRAMS: tuple[Program, ...] = (
     Program("vllm", ("vllm", "serve"), python_module=False),
     Program("vllm", ("-m", "vllm.entrypoints.openai.api_server"), python_module=True),
 )
+
+
+def platform_plugin(engine: str, platform: str) -> str | None:
+    """The package ``engine`` runs through on device ``platform`` (``LaunchAdapter.platform_plugins``)."""
+    if engine not in ADAPTERS:
+        return None
+    module, _, name = ADAPTERS[engine].partition(":")
+    plugins: Mapping[str, str] = getattr(importlib.import_module(module), name).platform_plugins
+    return plugins.get(platform)
 
 
 def adapter(engine: str) -> LaunchAdapter:

@@ -68,12 +68,9 @@ from workbench.engines.model_lookup import Located, apply_hub_env, locate
 API_SERVER = "python -m vllm.entrypoints.openai.api_server"
 # vLLM on an Ascend NPU runs as the vllm-ascend plugin's platform (its NPUPlatform, found through the
 # ``vllm.platform_plugins`` entry point), which sets the block size and graph mode and brings its own
-# drafter and global patches. The engine process loads vLLM's own code on a CUDA or ROCm stand-in
-# only: its reading of the command would be a GPU's, not this deployment's.
-NPU_PLATFORM = ("vLLM on an Ascend NPU runs through the vllm-ascend plugin's platform (block size, graph mode, its "
-                "drafter), which the workbench does not load; read on a GPU stand-in the command would size a GPU's "
-                "tables, not this deployment's (the vllm-ascend drafter's block table is modelled on its own: "
-                "`workbench probe --cases` with component vllm-ascend-block-table)")
+# attention backends, drafter and patches of vLLM: the plugin's release of the same version is loaded
+# beside the release (``needs``), or, where the package index has none, the check is undecided.
+NPU_PLUGIN = "vllm-ascend"
 # The sub-configs of the engine config whose fields are reported (dotted: ``cache_config.block_size``).
 SECTIONS = ("model_config", "cache_config", "parallel_config", "scheduler_config", "speculative_config",
             "compilation_config", "device_config", "load_config", "attention_config", "kernel_config")
@@ -190,6 +187,7 @@ def _parser_message(stderr: str, stop: SystemExit) -> str:
 
 class VLLMAdapter(LaunchAdapter):
     engine = "vllm"
+    platform_plugins = {"npu": NPU_PLUGIN}
 
     def __init__(self) -> None:
         self.package_dir = Path()
@@ -198,6 +196,7 @@ class VLLMAdapter(LaunchAdapter):
         self.main_name = ""
         self.serve_parser: argparse.ArgumentParser | None = None
         self.arg_utils: types.ModuleType | None = None
+        self.plugins: tuple[str, ...] = ()  # the platform plugins loaded with the release (vllm_ascend)
         self.in_process_inspection = False
         self.parser_failure = ""  # why the release's command line did not load in this process
 
@@ -206,6 +205,7 @@ class VLLMAdapter(LaunchAdapter):
     def install(self, package_dir: Path, deps: Path, extra_paths: Sequence[Path], gpu: Gpu) -> Path:
         from workbench.engines import vllm_loader
 
+        self.plugins = tuple(p for p in (vllm_loader.platform_plugin(path) for path in extra_paths) if p)
         return vllm_loader.install(package_dir, deps, gpu, extra_paths)
 
     def warm_argv(self, model_dir: str) -> tuple[str, ...]:
@@ -323,8 +323,8 @@ class VLLMAdapter(LaunchAdapter):
             return Resolution(request.engine, REJECTED, refused, "parser", seconds={"parse": time.perf_counter() - start})
         times = {"parse": time.perf_counter() - start}
         flags = _flag_uses(request.argv, taken, namespace)
-        if request.gpu.platform == "npu":
-            return Resolution(request.engine, UNDECIDED, NPU_PLATFORM, flags=tuple(flags), seconds=times)
+        if request.gpu.platform == "npu" and not self.plugins:
+            return _npu_platform(request, flags, times)
         model_name = str(getattr(namespace, "model", "") or "")
         model = locate(model_name, revision=getattr(namespace, "revision", None), model_config=request.model_config,
                        cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL")
@@ -410,6 +410,11 @@ class VLLMAdapter(LaunchAdapter):
         by_name = {cls.__name__: written for cls, written in writes.items()}
         settings = _settings(config, flags, by_name)
         settings.update(_derived(config, self.package_dir))
+        if self.plugins:
+            platform = type(importlib.import_module("vllm.platforms").current_platform)
+            settings["platform_plugin"] = Setting(self.plugins[0], ENGINE, f"{platform.__module__}.{platform.__name__}, "
+                                                  "the current platform vLLM's plugin look-up chose (its "
+                                                  "vllm.platform_plugins entry point)")
         from workbench.engines import vllm_loader
 
         stood = vllm_loader.stood_in()
@@ -642,6 +647,23 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "merges.txt", "tiktoken.model")
 
 
+def _npu_platform(request: LaunchRequest, flags: list[FlagUse], times: dict[str, float]) -> Resolution:
+    """On an NPU without its plugin: asked again with the plugin's release of the same version, or
+    undecided naming the vLLM releases that have one (a GPU's reading would size a GPU's tables)."""
+    from workbench.engines import releases
+
+    version = request.engine.split("==", 1)[1]
+    if releases.is_listed(f"{NPU_PLUGIN}=={version}"):
+        return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through {NPU_PLUGIN}=={version}'s "
+                                                     "platform", flags=tuple(flags), seconds=times, needs=(NPU_PLUGIN,))
+    paired = [r.split("==", 1)[1] for r in releases.releases(NPU_PLUGIN) if releases.is_listed(f"vllm=={r.split('==', 1)[1]}")]
+    return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through the {NPU_PLUGIN} plugin's platform "
+                                                 f"(block size, graph mode, its drafter), and {NPU_PLUGIN} has no release "
+                                                 f"{version} on the package index; the vLLM releases it has one for: "
+                                                 f"{', '.join(paired)} (give --engine vllm=={paired[-1]})",
+                      flags=tuple(flags), seconds=times)
+
+
 def _has_tokenizer_file(model: Located) -> bool:
     """Whether the model's folder holds a tokenizer file (a check's test data holds config.json alone)."""
     folder = Path(model.folder) if model.folder else None
@@ -667,8 +689,10 @@ def _libraries_missed(said: str) -> tuple[str, ...]:
     """The libraries every GPU install of vLLM has that this process lacks, when the model
     class's import stopped for want of one: torchvision by name; triton where vLLM put its own
     placeholder in its place (``vllm.triton_utils.HAS_TRITON`` false), whose ``triton.Config`` is a
-    bare function, so a kernel module that reads a config's fields at import stops there."""
-    if "No module named 'torchvision" in said:
+    bare function, so a kernel module that reads a config's fields at import stops there. Pillow
+    comes with torchvision (``wheels.fetch_vision``): transformers defines ``PILImageResampling``
+    only where Pillow is installed."""
+    if "No module named 'torchvision" in said or "No module named 'PIL" in said or "PILImageResampling" in said:
         return ("torchvision",)
     triton_utils = sys.modules.get("vllm.triton_utils")
     if triton_utils is not None and getattr(triton_utils, "HAS_TRITON", True) is False:
