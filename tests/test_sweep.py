@@ -152,10 +152,13 @@ def test_second_run_reads_the_cache_and_a_truncated_file_is_recomputed(
 
 KILLED_RUN = """
 import sys, time
+from pathlib import Path
 import workbench.analysis.sweep as sweep
 real = sweep.sweep_row
 def slow(*args, **kwargs):
-    time.sleep(0.05)  # long enough for the test to kill it between chunks
+    # Once a chunk is on disk, wait for the test's signal: a busy machine must not let the
+    # sweep finish between the test seeing the chunk and its signal (a fixed delay did, in CI).
+    time.sleep(60 if list(Path(sys.argv[1]).rglob("chunk-*.parquet")) else 0.05)
     return real(*args, **kwargs)
 sweep.sweep_row = slow
 grid = sweep.SweepGrid(context_lens=(40, 67), page_sizes=(4,), draft_tokens=(0, 3))
