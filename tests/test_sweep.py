@@ -151,9 +151,12 @@ def test_second_run_reads_the_cache_and_a_truncated_file_is_recomputed(
 
 
 KILLED_RUN = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 import workbench.analysis.sweep as sweep
+# A test run started as a background job inherits SIGINT ignored (a non-interactive shell's "&"),
+# and Python keeps it so: the interrupt this test sends must reach the sweep as a KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 real = sweep.sweep_row
 def slow(*args, **kwargs):
     # Once a chunk is on disk, wait for the test's signal: a busy machine must not let the
