@@ -74,7 +74,7 @@ def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
         release, reason = base or asked, "--engine"
     else:
         here = installed(name)
-        paired = [r for r in releases.releases(name) if releases.is_listed(f"{plugin}=={_version(r)}")] if plugin else []
+        paired = releases.with_plugin(name, plugin) if plugin else ()
         if here is not None and releases.is_listed(f"{name}=={here}"):
             release, reason = f"{name}=={here}", "installed in this environment"
         elif paired:

@@ -65,6 +65,12 @@ def is_listed(engine: str, path: Path = RELEASES_FILE) -> bool:
     return name in _load(str(path)) and engine in releases(name, path)
 
 
+def with_plugin(name: str, plugin: str, path: Path = RELEASES_FILE) -> tuple[str, ...]:
+    """The listed releases of engine ``name`` that ``plugin`` (vllm-ascend) has a release of the same
+    version for, oldest first: the ones that run on the device the plugin brings."""
+    return tuple(r for r in releases(name, path) if is_listed(f"{plugin}=={split(r)[1]}", path))
+
+
 def newest(name: str, path: Path = RELEASES_FILE) -> str:
     return releases(name, path)[-1]
 

@@ -656,7 +656,7 @@ def _npu_platform(request: LaunchRequest, flags: list[FlagUse], times: dict[str,
     if releases.is_listed(f"{NPU_PLUGIN}=={version}"):
         return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through {NPU_PLUGIN}=={version}'s "
                                                      "platform", flags=tuple(flags), seconds=times, needs=(NPU_PLUGIN,))
-    paired = [r.split("==", 1)[1] for r in releases.releases(NPU_PLUGIN) if releases.is_listed(f"vllm=={r.split('==', 1)[1]}")]
+    paired = [releases.split(r)[1] for r in releases.with_plugin("vllm", NPU_PLUGIN)]
     return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through the {NPU_PLUGIN} plugin's platform "
                                                  f"(block size, graph mode, its drafter), and {NPU_PLUGIN} has no release "
                                                  f"{version} on the package index; the vLLM releases it has one for: "
