@@ -22,8 +22,8 @@ import pytest
 
 from workbench.engines import gpus, wheels
 from workbench.engines.launch_adapters import to_json
-from workbench.preflight import BAD_INPUT
-from workbench.preflight.batch import Outcome, check_all
+from workbench.preflight import BAD_INPUT, pick_gpu
+from workbench.preflight.batch import Outcome, check_all, source_gpu
 from workbench.preflight.command import parse_command
 
 DATA = Path(__file__).parent / "data"
@@ -41,11 +41,14 @@ def outcomes() -> list[tuple[dict[str, Any], Outcome]]:
     return list(zip(records, check_all(records)))
 
 
-def _oracle(engine: str, argv: list[str], env: dict[str, str], program: str = "") -> dict[str, Any]:
+def _oracle(engine: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own code on the record's command, on the accelerator the batch checked it on."""
+    command = parse_command(record["command"])
+    gpu = gpus.gpu(source_gpu(str(record.get("engine") or ""), command.engine) or pick_gpu(command, None)[0].name)
     install = wheels.fetch(engine)
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
-           "gpu": to_json(gpus.gpu("910b" if "npu" in argv else "h100")), "hf_cache": str(DATA / "hf_cache" / "hub"),
-           "cases": [{"program": program, "argv": argv, "env": env, "names": []}]}
+           "gpu": to_json(gpu), "hf_cache": str(DATA / "hf_cache" / "hub"),
+           "cases": [{"program": command.program, "argv": list(command.argv), "env": command.env, "names": []}]}
     oracle = ORACLE_VLLM if engine.startswith("vllm==") else ORACLE
     done = subprocess.run([sys.executable, str(oracle)], input=json.dumps(job), capture_output=True, text=True, timeout=900)
     answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
@@ -67,8 +70,7 @@ def test_every_flag_of_an_answered_command_is_understood(outcomes: list[tuple[di
 def test_each_sglang_refusal_is_sglangs_own(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
     refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.engine == "sglang"]
     for record, outcome in refused:
-        command = parse_command(record["command"])
-        answer = _oracle(outcome.release, list(command.argv), command.env)
+        answer = _oracle(outcome.release, record)
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert message.splitlines()[0].strip()[:200] in outcome.verdict, (record["id"], message, outcome.verdict)
@@ -88,8 +90,7 @@ def test_each_vllm_refusal_is_vllms_own(outcomes: list[tuple[dict[str, Any], Out
     adapter (``engine_oracle_vllm.py``), refuse it with the message the verdict gives."""
     refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.release.startswith("vllm==")]
     for record, outcome in refused:
-        command = parse_command(record["command"])
-        answer = _oracle(outcome.release, list(command.argv), command.env, command.program)
+        answer = _oracle(outcome.release, record)
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert _engine_sentence(message) in outcome.verdict, (record["id"], message, outcome.verdict)

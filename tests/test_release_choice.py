@@ -157,3 +157,17 @@ def test_an_invalid_choice_is_answered_by_the_newest_release_whose_own_parser_ac
     assert accepting is not None, walk
     assert (outcome.release, outcome.why) == (accepting, ACCEPTED_OLDER), outcome
     assert "refuses the command (its parser)" not in outcome.verdict, outcome
+
+
+def test_a_plugin_tutorials_command_is_checked_on_that_plugins_device() -> None:
+    """A record from a vllm-ascend tutorial whose ``vllm serve`` command names no device is read on
+    an Ascend NPU: the first accelerator of ``data/gpus.json`` whose platform is ``npu`` (read from the
+    file here), which is the platform vLLM's adapter runs through the vllm-ascend plugin on."""
+    from workbench.preflight.batch import source_gpu
+
+    table = json.loads(gpus.GPUS_FILE.read_text())["gpus"]
+    first_npu = next(name for name, entry in table.items() if entry["platform"] == "npu")
+    assert source_gpu("vllm-ascend", "vllm") == first_npu
+    assert source_gpu("vllm", "vllm") is None  # the engine's own docs: the user's --gpu or the default
+    assert source_gpu("sglang", "sglang") is None
+    assert source_gpu("vllm-ascend", "sglang") is None  # no SGLang platform runs through that plugin

@@ -10,6 +10,11 @@ parser accepts the command answers, and the outcome keeps the default's refusal 
 on the way (a published command is usually written for the release of its day). Releases never
 learned are passed over and counted in the outcome, so "the newest release whose own parser
 accepts it" is said of the learned ones. When none accepts, the default's refusal stands.
+
+A record whose ``engine`` is a platform plugin of the engine its command launches (``vllm-ascend``
+for a ``vllm serve`` command from a vllm-ascend tutorial) was written for that platform's device:
+without a ``gpu`` option it is checked on the data file's first accelerator of that platform, as
+its reader would pass ``--gpu`` (a tutorial's command need not name the device it was written for).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.engines import release_choice, releases
+from workbench.engines import gpus, release_choice, releases
 from workbench.engines.launch_adapters import platform_plugin
 from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, pick_gpu
 from workbench.preflight.command import parse_command
@@ -76,6 +81,8 @@ def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) 
     except PreflightError as err:
         return Outcome(str(record["id"]), "", "", "", BAD_INPUT, str(err), "", time.perf_counter() - start)
     named = _listed(parsed.engine, record.get("release"))
+    if options.get("gpu") is None:
+        options = {**options, "gpu": source_gpu(str(record.get("engine") or ""), parsed.engine)}
     status, verdict, result = _answer(text, named, **options)
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
     older: tuple[str, ...] = ()
@@ -89,6 +96,14 @@ def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) 
         release = verdict.split(" refuses", 1)[0] if " refuses the command" in verdict else ""
     return Outcome(str(record["id"]), parsed.engine, release, why, status, verdict, refused, time.perf_counter() - start,
                    _flags_missing(result), older)
+
+
+def source_gpu(source_engine: str, engine: str) -> str | None:
+    """The first accelerator (``data/gpus.json``) whose platform ``engine`` runs through the plugin
+    ``source_engine`` on, when the record's source is that plugin's; None otherwise."""
+    if not source_engine or source_engine == engine:
+        return None
+    return next((name for name in gpus.names() if platform_plugin(engine, gpus.gpu(name).platform) == source_engine), None)
 
 
 Answer = tuple[int, str, CheckResult | None]
