@@ -171,3 +171,28 @@ def test_a_plugin_tutorials_command_is_checked_on_that_plugins_device() -> None:
     assert source_gpu("vllm", "vllm") is None  # the engine's own docs: the user's --gpu or the default
     assert source_gpu("sglang", "sglang") is None
     assert source_gpu("vllm-ascend", "sglang") is None  # no SGLang platform runs through that plugin
+
+
+def test_the_oldest_newer_release_taking_a_command_is_the_first_whose_parser_accepts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Learned sections built from real argparse parsers: the releases up to 0.5.20 have no
+    ``--cuda-graph-max-bs-decode``, the later ones have ``_engine_parser()``. The release named is the
+    first newer one whose argparse parser accepts the words (asked of argparse itself)."""
+    without = argparse.ArgumentParser(add_help=False)
+    without.add_argument("--tp-size", "--tp", type=int)
+    listed = list(releases.releases("sglang"))
+    cut = listed.index("sglang==0.5.20")
+    parsers = {engine: (without if i <= cut else _engine_parser()) for i, engine in enumerate(listed)}
+    sections = {engine: {name: {"value": value, "how": "measured", "function": "test", "states": 1}
+                         for name, value in describe(parser).items()} for engine, parser in parsers.items()}
+    monkeypatch.setattr(learned, "section", lambda engine, name: sections.get(engine) if name == "parser" else None)
+    release_choice._learned_parser.cache_clear()
+    try:
+        words = ["--cuda-graph-max-bs-decode", "16", "--tp", "2"]
+        expected = next(e for e in listed[listed.index("sglang==0.5.9") + 1:] if not _argparse_refuses(parsers[e], words))
+        assert release_choice.oldest_newer_taking("sglang", words, after="sglang==0.5.9") == expected
+        assert expected == listed[cut + 1]
+        assert release_choice.oldest_newer_taking("sglang", ["--no-such-option"], after="sglang==0.5.9") is None
+        assert release_choice.oldest_newer_taking("sglang", words, after=listed[-1]) is None  # nothing newer
+    finally:
+        release_choice._learned_parser.cache_clear()

@@ -204,6 +204,15 @@ def older_releases(name: str, words: Sequence[str], before: str) -> list[OlderRe
     return [OlderRelease(engine, refusal(engine, words)) for engine in reversed(older)]
 
 
+def oldest_newer_taking(name: str, words: Sequence[str], after: str) -> str | None:
+    """The oldest release newer than ``after`` whose learned parser takes every option and value of
+    ``words``: for a command written for a release that refuses it (an option or a value added
+    later), the first release to try (a hint, as ``newest_taking``)."""
+    listed = list(releases.releases(name))
+    newer = listed[listed.index(after) + 1:] if after in listed else []
+    return next((engine for engine in newer if refusal(engine, words) is None), None)
+
+
 def newest_taking(name: str, words: Sequence[str], before: str) -> str | None:
     """The newest release older than ``before`` whose learned parser takes every option and value
     of ``words`` (a hint: only that release's own parser can say it accepts the command)."""

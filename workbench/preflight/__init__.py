@@ -248,10 +248,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
-        if resolution.rejected_by == "parser" and engine is None:
-            older = release_choice.newest_taking(parsed.engine, parsed.argv, before=choice.release)
-            hint = (f" (the newest older release whose learned parser takes its options and their values: {older}; "
-                    f"workbench check --engine {older})") if older else ""
+        if resolution.rejected_by == "parser":
+            hint = _parser_hint(parsed, choice.release, asked=engine is not None)
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
@@ -272,6 +270,19 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)
     return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
+
+
+def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
+    """Which release to try when ``release``'s parser refuses the command, from the learned parsers:
+    for a release the user asked for, the oldest newer one that takes it (the command may use an
+    option or value added later), else the newest older one; for the default, the newest older one."""
+    newer = release_choice.oldest_newer_taking(parsed.engine, parsed.argv, after=release) if asked else None
+    if newer:
+        return (f" (the oldest newer release whose learned parser takes its options and their values: {newer}; "
+                f"workbench check --engine {newer})")
+    older = release_choice.newest_taking(parsed.engine, parsed.argv, before=release)
+    return (f" (the newest older release whose learned parser takes its options and their values: {older}; "
+            f"workbench check --engine {older})") if older else ""
 
 
 __all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "pick_gpu", "resolve",
