@@ -111,3 +111,44 @@ def test_a_comment_ending_in_an_operator_character_ends_at_its_line(text: str) -
     cmd = parse_command(text)
     assert cmd.argv[-2:] == ("--tp", "8") or cmd.argv[-2:] == ("-tp", "8"), cmd
     assert cmd.env == ({"A": "1", "B": "INT4"} if text.startswith("export") else {})
+
+
+@pytest.mark.parametrize("text, argv", [
+    # a shell would open a file "model" for reading and write to a file "--chat-template"; the page means
+    # "your model here", so the placeholder stays the word it stands for
+    ("vllm serve <model> --chat-template ./t.jinja", ("<model>", "--chat-template", "./t.jinja")),
+    ("vllm serve <path_to_your_model>/Qwen2.5-72B-Instruct/ --host <your_server_ip> --port 8002",
+     ("<path_to_your_model>/Qwen2.5-72B-Instruct/", "--host", "<your_server_ip>", "--port", "8002")),
+    # quoted, it was a word already; a real redirection (spaces, a file descriptor) stays the shell's
+    ("vllm serve '<model>' --port 1", ("<model>", "--port", "1")),
+    ("vllm serve m --port 1 < in.txt 2>&1 > out.log", ("m", "--port", "1")),
+    ("vllm serve m --port 1 2>err.log", ("m", "--port", "1")),
+    ('vllm serve m --speculative-config \'{"model": <eagle3_model_name>}\'', ("m", "--speculative-config",
+                                                                             '{"model": <eagle3_model_name>}')),
+])
+def test_an_angle_bracket_placeholder_is_a_word_not_two_redirections(text: str, argv: tuple[str, ...]) -> None:
+    assert parse_command(text).argv == argv
+
+
+@pytest.mark.parametrize("text, outside", [
+    ("vllm serve /w --port $2 --data-parallel-size ${3} --tensor-parallel-size $7", ["$2", "${3}", "$7"]),
+    ("vllm serve <path_to_your_model>/Qwen2.5-72B-Instruct/ --host <your_server_ip>",
+     ["<path_to_your_model>", "<your_server_ip>"]),
+    ('vllm serve m --speculative-config \'{"model": <eagle3_model_name>, "num_speculative_tokens": 3}\'',
+     ["<eagle3_model_name>"]),
+    # a JSON string that holds angle brackets is a value the engine reads, not a placeholder
+    ('vllm serve m --reasoning-config \'{"think_start": "<think>"}\'', []),
+    ("vllm serve m --port 8000", []),
+])
+def test_positional_parameters_and_placeholders_are_values_set_outside_the_command(text: str,
+                                                                                   outside: list[str]) -> None:
+    from workbench.preflight import unset_variables
+
+    assert unset_variables(parse_command(text)) == outside
+
+
+def test_a_backslash_followed_by_spaces_ends_the_command_on_its_line() -> None:
+    """``\\`` then spaces escapes one space (an argument ``' '``) and the line's end stays a separator,
+    so the next line is a command of its own, as bash reads the vLLM EP deployment page's example."""
+    text = "vllm serve org/m \\\n    --tensor-parallel-size 1 \\      # TP\n    --data-parallel-size 8"
+    assert parse_command(text).argv == ("org/m", "--tensor-parallel-size", "1", " ")

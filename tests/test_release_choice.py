@@ -76,6 +76,7 @@ CASES = [
     ["--log-level", "trace"],
     ["--enable-flashinfer-moe"],  # not an option
     ["--cuda-graph-max-bs", "16"],  # ambiguous
+    ["--tp", "1", " "],  # a stray space (a backslash followed by spaces in the shell)
 ]
 
 

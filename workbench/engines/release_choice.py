@@ -159,6 +159,10 @@ def refusal(engine: str, words: Sequence[str]) -> str | None:
         return NOT_LEARNED
     with contextlib.redirect_stderr(io.StringIO()):
         for position, word in enumerate(words):
+            if word and not word.strip() and (position == 0 or not words[position - 1].startswith("-")):
+                # no option's value: a stray argument (a backslash followed by spaces gives one) that
+                # every release's parser refuses; the learned parser holds options only
+                return f"{word!r} is an argument no option of it takes"
             if not word.startswith("-") or word == "--":
                 continue
             try:

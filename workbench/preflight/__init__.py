@@ -94,16 +94,21 @@ def _ascend_variables(env: Mapping[str, str]) -> list[str]:
     return [name for name in env if name.startswith(_ASCEND_PREFIXES)]
 
 
-# $i, ${MODEL_PATH}; {weights path} (split by the shell into "{weights" "path}"); <eagle3_model_name>, also
-# inside a JSON value
-_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|^\{[a-z][a-z_ -]*\}?$|^<[a-z][a-z0-9_-]*>$|(?<=:)\s*<[a-z][a-z0-9_-]*>")
+# $i, ${MODEL_PATH}; a script's positional parameters ($2, ${10}, $@); {weights path} (split by the
+# shell into "{weights" "path}"); <eagle3_model_name>, also inside a word (<path_to_your_model>/Qwen2.5)
+# and as a JSON value
+_PLACEHOLDER = re.compile(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\$\{?[0-9]+\}?|\$[@*]|^\{[a-z][a-z_ -]*\}?$|<[A-Za-z][A-Za-z0-9_-]*>")
+
+# In a JSON word only a bare value is a placeholder ("model": <eagle3_model_name>): a quoted "<think>"
+# is a string the engine reads
+_JSON_PLACEHOLDER = re.compile(r":\s*<[A-Za-z][A-Za-z0-9_-]*>$")
 
 
 def unset_variables(command: LaunchCommand) -> list[str]:
     """The shell variables (``$i``, ``${MODEL_PATH}``) and documentation placeholders
     (``{weights path}``, ``<model>``) left in the command's arguments: values only its author knows."""
     found = [m.group(0).strip() for word in command.argv for m in _PLACEHOLDER.finditer(word)
-             if not word.lstrip().startswith("{\"") or m.group(0).strip().startswith("<")]
+             if not word.lstrip().startswith("{\"") or _JSON_PLACEHOLDER.search(word[:m.end()])]
     return list(dict.fromkeys(found))
 
 
@@ -215,19 +220,22 @@ def resolve(command: str | Sequence[str], *, engine: str | None = None, model_co
 
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
-          progress: IO[str] | None | Stderr = STDERR) -> CheckResult:
+          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True) -> CheckResult:
     """Read ``command`` with its release's own code and run every row; ``device`` is where the
     probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
 
     ``owner``: the release's engine process ends with this process (a notebook, a test session);
     False leaves it running for the next command-line check. ``progress``: where the first use of
-    a release says that it is fetching and loading (None: silent)."""
+    a release says that it is fetching and loading (None: silent). ``suggest``: a refusal by the
+    release's parser names another release to try (learned parsers); False for a caller walking the
+    releases itself."""
     return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
-                  owner=owner, progress=progress)
+                  owner=owner, progress=progress, suggest=suggest)
 
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
-           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr) -> CheckResult:
+           gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr,
+           suggest: bool = True) -> CheckResult:
     """``check``; ``device`` None stops before the rows."""
     parsed = parse_command(command)
     if model_config is not None and not os.path.isfile(model_config):
@@ -248,11 +256,14 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
-        if resolution.rejected_by == "parser":
+        if resolution.rejected_by == "parser" and suggest:
             hint = _parser_hint(parsed, choice.release, asked=engine is not None)
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
+        if any(word and not word.strip() for word in parsed.argv):  # "--tp 1 \   # comment": as a shell reads it
+            hint += (" (a backslash followed by spaces escapes a space, not the line's end: the shell passes ' ' as an "
+                     "argument and ends the command on that line)")
         entrypoint = next((w for w in parsed.wrappers if "its entrypoint" in w), None)
         if entrypoint:  # what docker would run: say so, or the refusal reads as the workbench's misreading
             hint += f" (read as docker runs it: {entrypoint})"

@@ -131,7 +131,7 @@ def _older_accepting(text: str, engine: str, argv: Sequence[str], default: str, 
             said.append(("", [f"not asked: {candidate.engine} and older (at most {tries} older releases are asked)"]))
             break
         asked += 1
-        answer = _answer(text, candidate.engine, **options)
+        answer = _answer(text, candidate.engine, suggest=False, **options)
         if not _refused_by_parser(answer[0], answer[1]):
             why = ACCEPTED_OLDER.replace("release", "learned release") if unlearned else ACCEPTED_OLDER
             return (candidate.engine, why, answer), _lines(said)

@@ -68,8 +68,46 @@ _PYTHON_VALUED = {"-W", "-X"}
 _OPERATOR_CHARS = set(";&|<>()\n")
 
 
+# A documentation placeholder such as <path_to_your_model> or <your_server_ip>, written unquoted.
+_ANGLE_PLACEHOLDER = re.compile(r"<[A-Za-z][A-Za-z0-9_-]*>")
+
+
+def _quote_placeholders(text: str) -> str:
+    """``text`` with each unquoted ``<name>`` put in double quotes, so that it stays a word.
+
+    A shell would read ``vllm serve <model> --port 8000`` as two redirections (from a file
+    ``model``, into a file ``--port``) and fail before the engine starts; the page means "your model
+    here". Kept as a word, the check can say that the command holds a placeholder to fill in."""
+    out, quote, i = [], "", 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\" and quote == '"' and i + 1 < len(text):
+                out.append(text[i:i + 2])
+                i += 2
+                continue
+            quote = "" if char == quote else quote
+        elif char == "\\" and i + 1 < len(text):
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        elif char in "'\"":
+            quote = char
+        elif char == "<":
+            found = _ANGLE_PLACEHOLDER.match(text, i)
+            if found and (i == 0 or text[i - 1] not in "<>&0123456789"):
+                out.append(f'"{found.group(0)}"')
+                i = found.end()
+                continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def tokens_of(text: str) -> list[str]:
-    """Shell words and operators of ``text`` (quotes honoured, line continuations joined)."""
+    """Shell words and operators of ``text`` (quotes honoured, line continuations joined; an unquoted
+    ``<name>`` placeholder kept as a word, not read as redirections)."""
+    text = _quote_placeholders(text)
     text = re.sub(r"\\\r?\n", " ", text)
     text = re.sub(r"\\\s*$", "", text)  # a continuation with nothing after it: the shell waits for more, there is none
     text = _FD_REDIRECT.sub(" ", f" {text}")
