@@ -65,6 +65,8 @@ def main() -> int:
     for o in outcomes:
         refused = f"  [default: {o.refused_by_default[:100]}]" if o.refused_by_default else ""
         print(f"{o.status}  {o.id[:58]:<58} {o.release:<22} {o.seconds:6.2f}s  {o.verdict[:150]}{refused}")
+        for one in o.launches:  # a text of several launches: each one's answer
+            print(f"{'':<3}{f'launch {one.launch}':<58} {one.release:<22} {one.seconds:6.2f}s  {one.verdict[:150]}")
         for line in o.older:
             print(f"{'':<64}older: {line[:160]}")
     counts = Counter(o.status for o in outcomes)
@@ -91,7 +93,9 @@ def _advised_config(record: dict[str, Any], outcome: Outcome) -> str | None:
     """The config the record's hub model has in the data set's cache, when the answer was that the
     command's local model directory is not on this machine (the answer asks for --model-config)."""
     ids = record.get("model_ids") or []
-    if outcome.status != 3 or "no such directory on this machine" not in outcome.verdict or not ids or not ids[0]:
+    each = outcome.launches or (outcome,)
+    if outcome.status != 3 or not any("no such directory on this machine" in o.verdict for o in each) or not ids \
+            or not ids[0]:
         return None
     # the data set's own cache, laid out as the hub's (this process has no huggingface_hub)
     folder = Path(os.environ["HF_HUB_CACHE"]) / f"models--{ids[0].replace('/', '--')}"
@@ -107,7 +111,8 @@ def _follow_advice(records: list[dict[str, Any]], outcomes: list[Outcome], tries
         config = _advised_config(record, outcome)
         if config is None:
             continue
-        named = {**record, "release": outcome.release.split("==", 1)[1] if outcome.release else record.get("release")}
+        answered = (outcome.launches or (outcome,))[0].release  # a text of several launches: its first's
+        named = {**record, "release": answered.split("==", 1)[1] if answered else record.get("release")}
         again = check_one(named, tries=tries, model_config=config)
         followed.append(again)
         print(f"{again.status}  {again.id[:58]:<58} {again.release:<22} {again.seconds:6.2f}s  {again.verdict[:150]}"

@@ -152,3 +152,42 @@ def test_a_backslash_followed_by_spaces_ends_the_command_on_its_line() -> None:
     so the next line is a command of its own, as bash reads the vLLM EP deployment page's example."""
     text = "vllm serve org/m \\\n    --tensor-parallel-size 1 \\      # TP\n    --data-parallel-size 8"
     assert parse_command(text).argv == ("org/m", "--tensor-parallel-size", "1", " ")
+
+
+def test_every_launch_of_a_text_is_read_with_the_variables_it_sees() -> None:
+    """Node 0 and node 1 of one page. What each launch sees is what bash gives it: an ``export``
+    line and a line of bare assignments hold for the commands after them; ``A=B cmd`` holds for
+    that command only; ``$MODEL`` expands to the value set before the launch."""
+    from workbench.preflight.command import parse_commands
+
+    text = ("export NCCL_IB_HCA=mlx5\nMODEL=org/m\nray start --head\n"
+            "# node 0\nVLLM_HOST_IP=10.0.0.1 vllm serve $MODEL --data-parallel-size 4 --data-parallel-size-local 2\n"
+            "# node 1\nsleep 30 && vllm serve $MODEL --headless --data-parallel-start-rank 2 2>&1 | tee n1.log")
+    first, second = parse_commands(text)
+    assert (first.position, first.launches, second.position, second.launches) == (1, 2, 2, 2)
+    assert first.argv == ("org/m", "--data-parallel-size", "4", "--data-parallel-size-local", "2")
+    assert second.argv == ("org/m", "--headless", "--data-parallel-start-rank", "2")
+    assert first.env == {"NCCL_IB_HCA": "mlx5", "MODEL": "org/m", "VLLM_HOST_IP": "10.0.0.1"}
+    assert second.env == {"NCCL_IB_HCA": "mlx5", "MODEL": "org/m"}  # node 0's VLLM_HOST_IP was its own
+    assert first.skipped == ("ray start --head",) and second.skipped == ("ray start --head", "sleep 30")
+    assert parse_command(text) == first
+
+
+def test_a_shell_script_with_two_launches_gives_both() -> None:
+    from workbench.preflight.command import parse_commands
+
+    found = parse_commands("bash -c 'sglang serve --model-path a --port 1 & sglang serve --model-path b --port 2'")
+    assert [c.argv[1] for c in found] == ["a", "b"] and all(c.wrappers == ("bash -c",) for c in found)
+
+
+@pytest.mark.parametrize("statuses, status, line", [
+    # a refused launch stops the deployment as written, whatever the others say
+    ([0, 1, 2], 2, "REFUSED: 3 launches: launch 1 SAFE, launch 2 FAILS, launch 3 REFUSED"),
+    ([0, 3, 1], 1, "FAILS: 3 launches: launch 1 SAFE, launch 2 UNDECIDED, launch 3 FAILS"),
+    ([0, 3], 3, "UNDECIDED: 2 launches: launch 1 SAFE, launch 2 UNDECIDED"),
+    ([0, 0], 0, "SAFE: 2 launches: launch 1 SAFE, launch 2 SAFE"),
+])
+def test_several_launches_take_the_worst_status(statuses: list[int], status: int, line: str) -> None:
+    from workbench.preflight import launches_verdict
+
+    assert launches_verdict(statuses) == (status, line)

@@ -24,7 +24,7 @@ from workbench.engines import gpus, wheels
 from workbench.engines.launch_adapters import to_json
 from workbench.preflight import BAD_INPUT, pick_gpu
 from workbench.preflight.batch import Outcome, check_all, source_gpu
-from workbench.preflight.command import parse_command
+from workbench.preflight.command import parse_commands
 
 DATA = Path(__file__).parent / "data"
 ORACLE = Path(__file__).parent / "engine_oracle.py"
@@ -41,9 +41,16 @@ def outcomes() -> list[tuple[dict[str, Any], Outcome]]:
     return list(zip(records, check_all(records)))
 
 
-def _oracle(engine: str, record: dict[str, Any]) -> dict[str, Any]:
-    """The engine's own code on the record's command, on the accelerator the batch checked it on."""
-    command = parse_command(record["command"])
+def _refused(outcomes: list[tuple[dict[str, Any], Outcome]]) -> list[tuple[dict[str, Any], Outcome]]:
+    """Each refused launch: a record's own outcome, or each launch's of a text holding several."""
+    return [(record, one) for record, outcome in outcomes for one in (outcome.launches or (outcome,))
+            if one.status == BAD_INPUT]
+
+
+def _oracle(engine: str, record: dict[str, Any], launch: int) -> dict[str, Any]:
+    """The engine's own code on the record's command (its ``launch``-th launch), on the accelerator
+    the batch checked it on."""
+    command = parse_commands(record["command"])[launch - 1]
     gpu = gpus.gpu(source_gpu(str(record.get("engine") or ""), command.engine) or pick_gpu(command, None)[0].name)
     install = wheels.fetch(engine)
     job = {"engine": engine, "package_dir": str(install.package_dir), "deps": str(install.deps),
@@ -58,9 +65,8 @@ def _oracle(engine: str, record: dict[str, Any]) -> dict[str, Any]:
 def test_every_command_is_answered_or_refused_by_its_engine(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
     statuses = [o.status for _, o in outcomes]
     assert len(outcomes) >= 40 and set(statuses) <= {0, 1, 2, 3}
-    for record, outcome in outcomes:
-        if outcome.status == BAD_INPUT:  # only the engine refuses a command the shell reading found
-            assert " refuses the command (" in outcome.verdict, (record["id"], outcome.verdict)
+    for record, outcome in _refused(outcomes):  # only the engine refuses a command the shell reading found
+        assert " refuses the command (" in outcome.verdict, (record["id"], outcome.verdict)
 
 
 def test_every_flag_of_an_answered_command_is_understood(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
@@ -68,9 +74,9 @@ def test_every_flag_of_an_answered_command_is_understood(outcomes: list[tuple[di
 
 
 def test_each_sglang_refusal_is_sglangs_own(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
-    refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.engine == "sglang"]
+    refused = [(r, o) for r, o in _refused(outcomes) if o.engine == "sglang"]
     for record, outcome in refused:
-        answer = _oracle(outcome.release, record)
+        answer = _oracle(outcome.release, record, outcome.launch)
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert message.splitlines()[0].strip()[:200] in outcome.verdict, (record["id"], message, outcome.verdict)
@@ -88,9 +94,9 @@ def _engine_sentence(message: str) -> str:
 def test_each_vllm_refusal_is_vllms_own(outcomes: list[tuple[dict[str, Any], Outcome]]) -> None:
     """vLLM's console entry point and ``create_engine_config``, run on the command without the
     adapter (``engine_oracle_vllm.py``), refuse it with the message the verdict gives."""
-    refused = [(r, o) for r, o in outcomes if o.status == BAD_INPUT and o.release.startswith("vllm==")]
+    refused = [(r, o) for r, o in _refused(outcomes) if o.release.startswith("vllm==")]
     for record, outcome in refused:
-        answer = _oracle(outcome.release, record)
+        answer = _oracle(outcome.release, record, outcome.launch)
         message = answer.get("parser_error") or answer.get("error")
         assert message, (record["id"], answer)
         assert _engine_sentence(message) in outcome.verdict, (record["id"], message, outcome.verdict)

@@ -365,6 +365,30 @@ def test_json_output_is_one_object_with_the_rows() -> None:
 
 
 @sglang
+def test_each_launch_of_a_text_is_checked_and_the_worst_status_returned(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two launches in one text: the first seed's deployment (exit 1 before the fix, the worked case
+    above), and the same command with a value its parser refuses (SGLang's own argparse message)."""
+    text = f"# node 0\n{ASCEND}\n# node 1\n{ASCEND} --speculative-num-steps three"
+    status, out = _run(["check", "--engine", PRE_ASCEND, "--cmd", text])
+    assert status == 2 and "== launch 1 of 2" in out and "== launch 2 of 2" in out
+    assert out.rstrip().endswith("verdict of the text: REFUSED: 2 launches: launch 1 FAILS, launch 2 REFUSED")
+    assert "error: launch 2 of 2: sglang==0.5.23 refuses the command (its parser): argument --speculative-num-steps: " \
+           "invalid int value: 'three'" in out
+    status, out = _run(["check", "--json", "--engine", PRE_ASCEND, "--cmd", text])
+    data = json.loads(out)
+    assert (status, data["status"], [x["status"] for x in data["launches"]]) == (2, 2, [1, 2])
+    assert next(r for r in data["launches"][0]["rows"] if r["kind"] == "table")["first_failing"] == 32765
+    status, out = _run(["check", "--launch", "1", "--engine", PRE_ASCEND, "--cmd", text])
+    assert status == 1 and "the text holds 2 launches; this is launch 1" in out
+    status, _ = _run(["check", "--launch", "3", "--engine", PRE_ASCEND, "--cmd", text])
+    assert status == 2 and "--launch: the text holds 2 launches; give 1 to 2, not 3" in capsys.readouterr().err
+    from workbench.present.preflight_box import check_text  # the notebook's box checks each launch too
+
+    status, shown = check_text(text, PRE_ASCEND)
+    assert status == 2 and shown.endswith("verdict of the text: REFUSED: 2 launches: launch 1 FAILS, launch 2 REFUSED")
+
+
+@sglang
 def test_overshoot_flag_moves_the_reach() -> None:
     result = _check(GLM, engine="sglang==0.5.23+revert-dsa-width", overshoot=1)
     verify = next(r for r in result.rows if r.mode == "target-verify")

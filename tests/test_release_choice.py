@@ -158,6 +158,14 @@ def test_an_invalid_choice_is_answered_by_the_newest_release_whose_own_parser_ac
     assert accepting is not None, walk
     assert (outcome.release, outcome.why) == (accepting, ACCEPTED_OLDER), outcome
     assert "refuses the command (its parser)" not in outcome.verdict, outcome
+    # The same launch second in a text of two: only it walks the older releases
+    plain = "python -m sglang.launch_server --model-path Qwen/Qwen3-32B"
+    two = check_one({"id": "two", "command": f"{plain}\npython -m sglang.launch_server {' '.join(argv)}"})
+    first, second = two.launches
+    assert (first.launch, first.why, first.older) == (1, "default", ()), first
+    assert (second.launch, second.release, second.why) == (2, accepting, ACCEPTED_OLDER), second
+    assert two.release == f"{first.release}, {accepting}" and two.verdict.startswith(
+        f"{'UNDECIDED' if 3 in (first.status, second.status) else 'SAFE'}: 2 launches: launch 1 "), two
 
 
 def test_a_plugin_tutorials_command_is_checked_on_that_plugins_device() -> None:

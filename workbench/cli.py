@@ -239,12 +239,15 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
                         help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
     parser.add_argument("--gpu", help="the GPU the engine picks defaults for (data/gpus.json; default h100, or 910b "
                                       "for --device npu)")
+    parser.add_argument("--launch", type=int, metavar="K", dest="launch_number",
+                        help="check only the K-th launch of a text holding several (default: each, the worst status)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
 def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
-    from workbench.preflight import check
-    from workbench.preflight.format import format_json, format_text
+    from workbench.preflight import check, check_launches
+    from workbench.preflight.command import parse_commands
+    from workbench.preflight.format import format_json, format_launches_json, format_launches_text, format_text
 
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
     sources = [bool(launch), args.cmd is not None, args.from_file is not None]
@@ -259,10 +262,15 @@ def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
                 command = stream.read()
         except OSError as err:
             raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
-    result = check(command, engine=args.engine, model_config=args.model_config, overshoot=args.overshoot, gpu=args.gpu,
-                   device=device, owner=False)
-    out.write((format_json(result) if args.json else format_text(result)) + "\n")
-    return result.status
+    options = {"engine": args.engine, "model_config": args.model_config, "overshoot": args.overshoot, "gpu": args.gpu,
+               "device": device, "owner": False}
+    if args.launch_number is not None or parse_commands(command)[0].launches == 1:
+        result = check(command, launch=args.launch_number or 1, **options)
+        out.write((format_json(result) if args.json else format_text(result)) + "\n")
+        return result.status
+    every = check_launches(command, **options)
+    out.write((format_launches_json(every) if args.json else format_launches_text(every)) + "\n")
+    return every.status
 
 
 def _str_list(text: str) -> list[str]:

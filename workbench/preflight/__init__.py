@@ -8,6 +8,10 @@ of ``engines.launch_adapters``) with the model's config from this machine. The e
 becomes a deployment (``resolve_<engine>.deployment``); every graph buffer and allocator path it
 sets up is run through the library (``rows``), and the verdict says whether a run reaches a failure.
 
+A text holding several launches (node 0 and node 1, encoder and language-model servers, prefill
+and decode) is checked launch by launch with ``check_launches``; its status is the worst of them
+(``combined_status``). ``check`` reads one (``launch``, from 1) and notes the others.
+
 Exit statuses (``CheckResult.status``): 0 safe, 1 a failure a run reaches, 2 bad input (a command
 the engine itself refuses, with the engine's message; or a wrong option of the check), 3 not
 decidable (a model whose config is not on this machine, a release whose code cannot run on a CPU,
@@ -16,6 +20,7 @@ graphs disabled, or a buffer no backend models).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,14 +32,14 @@ from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
-from workbench.preflight.command import LaunchCommand, PreflightError, parse_command
+from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows, unmodelled
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
 # workbench check's own options: in the engine's part of a command they are a misplaced option
-CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file")
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file", "--launch")
 LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 
 
@@ -211,33 +216,85 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
 
 def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
             overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
-            progress: IO[str] | None | Stderr = STDERR) -> Deployment | None:
+            progress: IO[str] | None | Stderr = STDERR, launch: int = 1) -> Deployment | None:
     """The deployment ``command`` resolves to (no rows run); None when the check is undecided
     before the rows (a model not on this machine, a release that cannot run here)."""
     return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
-                  owner=owner, progress=progress).deployment
+                  owner=owner, progress=progress, launch=launch).deployment
 
 
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
-          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True) -> CheckResult:
+          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True, launch: int = 1) -> CheckResult:
     """Read ``command`` with its release's own code and run every row; ``device`` is where the
     probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
+    ``launch``: which launch of a text holding several (from 1); a note names the others.
 
     ``owner``: the release's engine process ends with this process (a notebook, a test session);
     False leaves it running for the next command-line check. ``progress``: where the first use of
     a release says that it is fetching and loading (None: silent). ``suggest``: a refusal by the
     release's parser names another release to try (learned parsers); False for a caller walking the
     releases itself."""
-    return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
-                  owner=owner, progress=progress, suggest=suggest)
+    result = _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
+                    owner=owner, progress=progress, suggest=suggest, launch=launch)
+    parsed = result.command
+    if parsed.launches == 1:
+        return result
+    note = (f"the text holds {parsed.launches} launches; this is launch {parsed.position} (workbench check reads "
+            "each; --launch K one)")
+    return dataclasses.replace(result, notes=(note, *result.notes))
+
+
+@dataclass(frozen=True)
+class LaunchesResult:
+    """Every launch of a text checked: each one's result, or the refusal that stopped it."""
+
+    results: tuple[CheckResult | PreflightError, ...]  # in the text's order
+    status: int
+    verdict: str
+
+
+_WORDS = {SAFE: "SAFE", FAILS: "FAILS", BAD_INPUT: "REFUSED", UNDECIDED: "UNDECIDED"}
+
+
+def combined_status(statuses: Sequence[int]) -> int:
+    """The status of several launches: a refused launch stops the deployment as written (bad input),
+    else any failure, else any undecided one, else safe."""
+    for status in (BAD_INPUT, FAILS, UNDECIDED):
+        if status in statuses:
+            return status
+    return SAFE
+
+
+def launches_verdict(statuses: Sequence[int]) -> tuple[int, str]:
+    """The combined status of several launches, and a line naming each one's."""
+    status = combined_status(statuses)
+    each = ", ".join(f"launch {i} {_WORDS[s]}" for i, s in enumerate(statuses, 1))
+    return status, f"{_WORDS[status]}: {len(statuses)} launches: {each}"
+
+
+def check_launches(command: str | Sequence[str], **options: object) -> LaunchesResult:
+    """``check`` for every launch of ``command``; options as ``check``'s (``launch`` aside)."""
+    count = parse_commands(command)[0].launches
+    results: list[CheckResult | PreflightError] = []
+    for position in range(1, count + 1):
+        try:
+            results.append(check(command, launch=position, **options))  # type: ignore[arg-type]
+        except PreflightError as err:
+            results.append(err)
+    status, verdict = launches_verdict([r.status if isinstance(r, CheckResult) else BAD_INPUT for r in results])
+    return LaunchesResult(tuple(results), status, verdict)
 
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
            gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr,
-           suggest: bool = True) -> CheckResult:
+           suggest: bool = True, launch: int = 1) -> CheckResult:
     """``check``; ``device`` None stops before the rows."""
-    parsed = parse_command(command)
+    found = parse_commands(command)
+    if not 1 <= launch <= len(found):
+        raise PreflightError(f"--launch: the text holds {len(found)} launch{'es' if len(found) > 1 else ''}; "
+                             f"give 1 to {len(found)}, not {launch}")
+    parsed = found[launch - 1]
     if model_config is not None and not os.path.isfile(model_config):
         raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
     if parsed.engine not in ADAPTERS:
@@ -269,7 +326,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
             hint += f" (read as docker runs it: {entrypoint})"
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
-        raise PreflightError(f"{choice.release} refuses the command ({by}): {message}{hint}")
+        which = f"launch {parsed.position} of {parsed.launches}: " if parsed.launches > 1 else ""
+        raise PreflightError(f"{which}{choice.release} refuses the command ({by}): {message}{hint}")
     if resolution.status != RESOLVED:  # no settings to show the GPU among: a note says which and why
         return CheckResult(parsed, choice, None, (), (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})"),
                            UNDECIDED, f"UNDECIDED: {resolution.message}")
@@ -296,5 +354,5 @@ def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
             f"workbench check --engine {older})") if older else ""
 
 
-__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "PreflightError", "check", "pick_gpu", "resolve",
-           "vllm_backends"]
+__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "check",
+           "check_launches", "combined_status", "launches_verdict", "pick_gpu", "resolve", "vllm_backends"]

@@ -15,10 +15,15 @@ A record whose ``engine`` is a platform plugin of the engine its command launche
 for a ``vllm serve`` command from a vllm-ascend tutorial) was written for that platform's device:
 without a ``gpu`` option it is checked on the data file's first accelerator of that platform, as
 its reader would pass ``--gpu`` (a tutorial's command need not name the device it was written for).
+
+A record whose text holds several launches (node 0 and node 1, encoders and a language model) is
+checked launch by launch, each as above; its outcome keeps each launch's (``launches``) and takes
+the worst status (``preflight.launches_verdict``).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,8 +31,8 @@ from typing import Any
 
 from workbench.engines import gpus, release_choice, releases
 from workbench.engines.launch_adapters import platform_plugin
-from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, pick_gpu
-from workbench.preflight.command import parse_command
+from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, launches_verdict, pick_gpu
+from workbench.preflight.command import LaunchCommand, parse_commands
 
 TRIES = 3  # older releases asked for real per refused command (each may start an engine process: 7-60 s)
 ACCEPTED_OLDER = "newest release whose own parser accepts it"
@@ -45,6 +50,8 @@ class Outcome:
     seconds: float
     unmodelled_flags: tuple[str, ...] = ()  # flags of the command the resolution does not list (should be none)
     older: tuple[str, ...] = ()  # the older releases asked for real and what their parsers said; the ones passed over
+    launch: int = 1  # which launch of the record's text this outcome is of
+    launches: tuple[Outcome, ...] = ()  # each launch's, when the text holds several (this one combines them)
 
 
 def _listed(engine: str, release: str | None) -> str | None:
@@ -77,12 +84,22 @@ def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) 
     start = time.perf_counter()
     text = str(record["command"])
     try:
-        parsed = parse_command(text)
+        launches = parse_commands(text)
     except PreflightError as err:
         return Outcome(str(record["id"]), "", "", "", BAD_INPUT, str(err), "", time.perf_counter() - start)
-    named = _listed(parsed.engine, record.get("release"))
     if options.get("gpu") is None:
-        options = {**options, "gpu": source_gpu(str(record.get("engine") or ""), parsed.engine)}
+        options = {**options, "gpu": source_gpu(str(record.get("engine") or ""), launches[0].engine)}
+    each = [_check_launch(record, text, parsed, tries, **options) for parsed in launches]
+    if len(each) == 1:
+        return each[0]
+    return _combined(str(record["id"]), each)
+
+
+def _check_launch(record: Mapping[str, Any], text: str, parsed: LaunchCommand, tries: int, **options: Any) -> Outcome:
+    """One launch of the record's text: its named release, else the default, else an older one."""
+    start = time.perf_counter()
+    options = {**options, "launch": parsed.position}
+    named = _listed(parsed.engine, record.get("release"))
     status, verdict, result = _answer(text, named, **options)
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
     older: tuple[str, ...] = ()
@@ -93,9 +110,27 @@ def check_one(record: Mapping[str, Any], *, tries: int = TRIES, **options: Any) 
         if found is not None:
             refused, (release, why, (status, verdict, result)) = verdict, found
     if status == BAD_INPUT and not release:
-        release = verdict.split(" refuses", 1)[0] if " refuses the command" in verdict else ""
+        refusing = _REFUSING.search(verdict)
+        release = refusing.group(1) if refusing else ""
     return Outcome(str(record["id"]), parsed.engine, release, why, status, verdict, refused, time.perf_counter() - start,
-                   _flags_missing(result), older)
+                   _flags_missing(result), older, parsed.position)
+
+
+_REFUSING = re.compile(r"(\S+==\S+) refuses the command")
+
+
+def _combined(record_id: str, each: Sequence[Outcome]) -> Outcome:
+    """One outcome for a text of several launches: the worst status, each launch's verdict kept."""
+    status, verdict = launches_verdict([o.status for o in each])
+
+    def joined(values: Iterable[str]) -> str:
+        return ", ".join(dict.fromkeys(v for v in values if v))
+
+    return Outcome(record_id, joined(o.engine for o in each), joined(o.release for o in each), joined(o.why for o in each),
+                   status, verdict,
+                   "; ".join(f"launch {o.launch}: {o.refused_by_default}" for o in each if o.refused_by_default),
+                   sum(o.seconds for o in each), tuple(f for o in each for f in o.unmodelled_flags),
+                   tuple(f"launch {o.launch}: {line}" for o in each for line in o.older), 1, tuple(each))
 
 
 def source_gpu(source_engine: str, engine: str) -> str | None:

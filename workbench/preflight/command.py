@@ -14,6 +14,11 @@ would, and keeps what reaches the engine:
 
 The program is one of ``launch_adapters.PROGRAMS`` (``python -m sglang.launch_server``,
 ``sglang serve``, ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``).
+
+A text may hold several launches (node 0 and node 1, an encoder and a language model, a prefill
+and a decode server): ``parse_commands`` gives each, in order, with the variables it sees (the
+``export`` and bare ``A=B`` lines before it, its own leading assignments); ``parse_command``
+gives the first.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class LaunchCommand:
     text: str  # the launch itself, one line
     wrappers: tuple[str, ...] = ()  # what was read around it: "docker run IMAGE", "bash -lc", "export A"
     skipped: tuple[str, ...] = field(default=())  # set-up lines that do not reach the engine
+    position: int = 1  # which launch of the text this is, from 1
+    launches: int = 1  # how many launches the text holds
 
 
 ALLOWED_PROGRAMS = ", ".join(dict.fromkeys(p.shown for p in PROGRAMS))
@@ -161,9 +168,23 @@ def statements(words: Sequence[str]) -> list[list[str]]:
 
 @dataclass
 class _Found:
+    env: dict[str, str]  # the variables a launch sees: exported so far, and its own leading assignments
+    wrappers: list[str]
+    skipped: list[str]  # shared by every launch of the text
+
+    def fork(self) -> _Found:
+        """The state one statement starts from: its assignments stay its own."""
+        return _Found(dict(self.env), list(self.wrappers), self.skipped)
+
+
+@dataclass(frozen=True)
+class _Launch:
+    program: Program
+    argv: list[str]
+    words: list[str]  # the launch itself, as the shell gives it
     env: dict[str, str]
     wrappers: list[str]
-    skipped: list[str]
+    skipped: int  # how many set-up lines of the text come before it
 
 
 def _match(words: list[str]) -> tuple[Program, list[str]] | None:
@@ -236,11 +257,11 @@ def _strip_prefixes(words: list[str], found: _Found) -> list[str]:
     return words
 
 
-def _launch(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, list[str], list[str]] | None:
-    """(program, arguments, the launch's words) within one statement, unwrapping as needed."""
+def _launch(words: list[str], found: _Found, depth: int = 0) -> list[_Launch]:
+    """The launches within one statement (a ``bash -c`` script may hold several), unwrapping as needed."""
     words = _strip_prefixes(words, found)
     if not words or depth > 4:
-        return None
+        return []
     head = words[0].rsplit("/", 1)[-1]
     if head == "docker" and len(words) > 1 and words[1] == "run":
         return _launch(_docker(words, found), found, depth + 1)
@@ -254,38 +275,52 @@ def _launch(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, l
             if _ASSIGNMENT.fullmatch(assignment):
                 key, _, value = assignment.partition("=")
                 found.env[key] = expand(value, found.env)
-        return None
+        return []
     matched = _match(words)
     if matched is None:
-        return None
-    return matched[0], matched[1], words
+        return []
+    return [_Launch(matched[0], matched[1], words, found.env, found.wrappers, len(found.skipped))]
 
 
-def _search(words: list[str], found: _Found, depth: int = 0) -> tuple[Program, list[str], list[str]] | None:
+def _search(words: list[str], found: _Found, depth: int = 0) -> list[_Launch]:
+    """Every launch of ``words``, in order. A statement's leading assignments are its own; an
+    ``export`` line or a line of bare assignments sets what the statements after it see."""
+    launches: list[_Launch] = []
     for statement in statements(words):
-        result = _launch(statement, found, depth)
-        if result is not None:
-            return result
-        if statement[0] != "export" and not all(_ASSIGNMENT.fullmatch(w) for w in statement):
+        local = found.fork()
+        result = _launch(statement, local, depth)
+        launches += result
+        sets_variables = statement[0] == "export" or all(_ASSIGNMENT.fullmatch(w) for w in statement)
+        if sets_variables:
+            found.env.update(local.env)
+        elif not result:
             found.skipped.append(" ".join(statement)[:80])
-    return None
+    return launches
 
 
-def parse_command(command: str | Sequence[str]) -> LaunchCommand:
-    """The launch in ``command`` (a shell text, or its words); PreflightError when there is none."""
+def parse_commands(command: str | Sequence[str]) -> list[LaunchCommand]:
+    """Every launch in ``command`` (a shell text, or its words), in order; PreflightError when there is none."""
     words = tokens_of(command) if isinstance(command, str) else list(command)
     if not words:
         raise PreflightError("command: empty (paste the engine's launch command)")
     found = _Found({}, [], [])
-    result = _search(words, found)
-    if result is None:
+    launches = _search(words, found)
+    if not launches:
         shown = " ".join(words[:4])
         raise PreflightError(f"command: no SGLang or vLLM launch in {shown!r}... (looked for: {ALLOWED_PROGRAMS})")
-    program, argv, launch_words = result
-    wrappers = [*found.wrappers, *(f"export {k}" for k in found.env)]
-    argv = [expand(word, found.env) for word in argv]
-    return LaunchCommand(program.engine, program.shown, tuple(argv), dict(found.env), shlex.join(launch_words),
-                         tuple(wrappers), tuple(found.skipped))
+    out = []
+    for position, launch in enumerate(launches, 1):
+        wrappers = [*launch.wrappers, *(f"export {k}" for k in launch.env)]
+        argv = [expand(word, launch.env) for word in launch.argv]
+        out.append(LaunchCommand(launch.program.engine, launch.program.shown, tuple(argv), dict(launch.env),
+                                 shlex.join(launch.words), tuple(wrappers), tuple(found.skipped[:launch.skipped]), position,
+                                 len(launches)))
+    return out
+
+
+def parse_command(command: str | Sequence[str]) -> LaunchCommand:
+    """The first launch in ``command``; PreflightError when there is none."""
+    return parse_commands(command)[0]
 
 
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from workbench.analysis.verdict_numbers import format_share
-from workbench.preflight import CheckResult
+from workbench.preflight import CheckResult, LaunchesResult
 from workbench.preflight.rows import Fix, Row
 
 
@@ -98,3 +98,19 @@ def to_json(result: CheckResult) -> dict[str, object]:
 
 def format_json(result: CheckResult) -> str:
     return json.dumps(to_json(result))
+
+
+def format_launches_text(every: LaunchesResult) -> str:
+    """Each launch's result under a heading that names it, then the verdict of them all."""
+    parts = []
+    for position, result in enumerate(every.results, 1):
+        if isinstance(result, CheckResult):
+            parts.append(f"== launch {position} of {len(every.results)}: {result.command.text[:160]}\n{format_text(result)}")
+        else:
+            parts.append(f"== launch {position} of {len(every.results)}\nerror: {result}")
+    return "\n\n".join([*parts, f"verdict of the text: {every.verdict}"])
+
+
+def format_launches_json(every: LaunchesResult) -> str:
+    launches = [to_json(r) if isinstance(r, CheckResult) else {"status": 2, "error": str(r)} for r in every.results]
+    return json.dumps({"status": every.status, "verdict": every.verdict, "launches": launches})

@@ -31,8 +31,9 @@ from concurrent import futures
 from typing import Any
 
 from workbench.engines.release_choice import offered
-from workbench.preflight import CheckResult, PreflightError, check
-from workbench.preflight.format import format_text
+from workbench.preflight import CheckResult, PreflightError, check, check_launches
+from workbench.preflight.command import parse_commands
+from workbench.preflight.format import format_launches_text, format_text
 from workbench.preflight.rows import Row
 from workbench.present.words import COLOURS, PAST_REACH, SAFE, TEXT_COLOURS, failure_word
 
@@ -56,7 +57,8 @@ def row_word(row: Row) -> str:
 
 
 def rows_html(result: CheckResult) -> str:
-    """The verdict and one line per row, each coloured by its word (the report's colours)."""
+    """The verdict and one line per row, each coloured by its word (the report's colours); a launch
+    of a text holding several is named first."""
     lines = []
     for row in result.rows:
         word = row_word(row)
@@ -64,17 +66,23 @@ def rows_html(result: CheckResult) -> str:
         lines.append(f'<li><span style="background:{COLOURS[word]};color:{TEXT_COLOURS[word]};padding:0 4px">'
                      f"{html.escape(word)}</span> {html.escape(row.buffer)} ({html.escape(row.backend)}), "
                      f"{html.escape(row.mode)}{html.escape(where)}</li>")
-    return f"<b>{html.escape(result.verdict)}</b><ul style='margin:2px 0'>{''.join(lines)}</ul>"
+    which = f"launch {result.command.position}: " if result.command.launches > 1 else ""
+    return f"<b>{which}{html.escape(result.verdict)}</b><ul style='margin:2px 0'>{''.join(lines)}</ul>"
 
 
-def checked(command: str, engine: str = "") -> tuple[int, str, CheckResult | None]:
-    """(exit status, text, result) of one check, as ``workbench check`` gives them; bad input is
-    status 2 and its one line (no result), never a traceback."""
+def checked(command: str, engine: str = "") -> tuple[int, str, list[CheckResult]]:
+    """(exit status, text, results) of a check, as ``workbench check`` gives them: one result per
+    launch the engine read (a text may hold several, each checked); bad input is status 2 and its
+    one line, never a traceback."""
+    asked = engine.strip() or None
     try:
-        result: CheckResult = check(command, engine=engine.strip() or None, progress=None)
+        if parse_commands(command)[0].launches > 1:
+            every = check_launches(command, engine=asked, progress=None)
+            return every.status, format_launches_text(every), [r for r in every.results if isinstance(r, CheckResult)]
+        result: CheckResult = check(command, engine=asked, progress=None)
     except PreflightError as err:
-        return 2, f"error: {err}", None
-    return result.status, format_text(result), result
+        return 2, f"error: {err}", []
+    return result.status, format_text(result), [result]
 
 
 def check_text(command: str, engine: str = "") -> tuple[int, str]:
@@ -125,13 +133,13 @@ def preflight_box(command: str, engine: str = "") -> Any:
         if number != state["asked"]:
             return  # passed over by a later change
         try:
-            status, shown, result = checked(command, engine)
+            status, shown, results = checked(command, engine)
         except Exception:  # a workbench bug: shown whole, never lost in the worker thread
             show(number, "internal error (a bug in the workbench; please report it):\n" + traceback.format_exc(),
                  "", pending=False)
             return
         # bad input has no rows: the printed line says why
-        show(number, f"exit status {status}\n{shown}", rows_html(result) if result is not None else "", pending=False)
+        show(number, f"exit status {status}\n{shown}", "".join(rows_html(r) for r in results), pending=False)
 
     def redraw(_: object = None) -> None:
         with lock:
