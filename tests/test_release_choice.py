@@ -205,3 +205,17 @@ def test_the_oldest_newer_release_taking_a_command_is_the_first_whose_parser_acc
         assert release_choice.oldest_newer_taking("sglang", words, after=listed[-1]) is None  # nothing newer
     finally:
         release_choice._learned_parser.cache_clear()
+
+
+def test_no_release_is_named_for_a_refusal_the_learned_parsers_cannot_see() -> None:
+    """``...`` left in a recipe's command is a stray word (vLLM 0.34.0's parser: "unrecognized
+    arguments: ..."); learned parsers hold options and choices only and take it, so naming an older
+    release whose learned parser takes it would send the user to a release that refuses it too."""
+    from workbench.preflight import _parser_hint
+    from workbench.preflight.command import parse_command
+
+    parsed = parse_command("vllm serve org/m --max-model-len 1010000 ...")
+    assert release_choice.refusal("vllm==0.34.0", parsed.argv) is None  # the premise: it sees no refusal
+    assert "cannot tell which release would take what it refused" in _parser_hint(parsed, "vllm==0.34.0", asked=False)
+    unknown = parse_command("vllm serve org/m --no-such-option-anywhere 1")
+    assert _parser_hint(unknown, "vllm==0.34.0", asked=False) == ""  # no release has the option: none named

@@ -344,7 +344,16 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
 def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
     """Which release to try when ``release``'s parser refuses the command, from the learned parsers:
     for a release the user asked for, the oldest newer one that takes it (the command may use an
-    option or value added later), else the newest older one; for the default, the newest older one."""
+    option or value added later), else the newest older one; for the default, the newest older one.
+
+    A learned parser holds option strings and choices, not how many words each option takes nor
+    what a JSON value's fields may be: when ``release``'s own learned parser takes the command, what
+    its parser refused (a stray word, a field of a config) is out of the learned data's sight, and
+    no other release is named on its strength."""
+    if release_choice.refusal(release, parsed.argv) is None:
+        return (" (its learned parser takes every option and choice of the command, so the learned parsers cannot "
+                "tell which release would take what it refused: a stray word or a field of a JSON value; "
+                "workbench check --engine NAME==VERSION asks a release's own parser)")
     newer = release_choice.oldest_newer_taking(parsed.engine, parsed.argv, after=release) if asked else None
     if newer:
         return (f" (the oldest newer release whose learned parser takes its options and their values: {newer}; "
