@@ -191,3 +191,17 @@ def test_several_launches_take_the_worst_status(statuses: list[int], status: int
     from workbench.preflight import launches_verdict
 
     assert launches_verdict(statuses) == (status, line)
+
+
+def test_a_model_type_transformers_does_not_know_is_named_not_blamed_on_the_cpu() -> None:
+    """vLLM 0.18.0 reading zai-org/GLM-5-FP8 with the transformers beside it raises transformers'
+    own ValueError (text as it raised it in the engine process); that is a newer model than the
+    library, so the check is undecided naming the type, not "cannot run on a CPU"."""
+    from workbench.engines.launch_adapters.common import unknown_model_type
+
+    raised = ValueError("The checkpoint you are trying to load has model type `glm_moe_dsa` but Transformers does not "
+                        "recognize this architecture. This could be because of an issue with the checkpoint, or because "
+                        "your version of Transformers is out of date.")
+    line = unknown_model_type(raised)
+    assert line is not None and "does not know the model type `glm_moe_dsa`" in line
+    assert unknown_model_type(ValueError("max_model_len 10 is larger than the model's 8")) is None

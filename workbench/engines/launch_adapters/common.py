@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import enum
 import io
+import re
 import sys
 import traceback
 import types
@@ -191,6 +192,21 @@ def short_path(filename: str, package_dir: Path) -> str:
 def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def unknown_model_type(error: BaseException) -> str | None:
+    """An UNDECIDED line when ``error`` is transformers not knowing the model's type ("has model
+    type `glm_moe_dsa` but Transformers does not recognize this architecture"): the model is newer
+    than the transformers installed beside the release, which is neither the engine refusing the
+    command nor something a CPU cannot run. None for any other error."""
+    found = re.search(r"model type `([^`]+)` but Transformers does not recognize", str(error))
+    if found is None:
+        return None
+    module = sys.modules.get("transformers")
+    version = getattr(module, "__version__", "?")
+    return (f"the transformers {version} installed beside the release does not know the model type `{found.group(1)}`: "
+            "a deployment of this model installs a newer one (its page says which); give --engine a newer release, "
+            "or --model-config a config of a type this one knows")
 
 
 # Exceptions an engine's own validation raises on purpose (a command it refuses).

@@ -59,6 +59,7 @@ from workbench.engines.launch_adapters.common import (
     refusal_text,
     short_path,
     traced_setattr,
+    unknown_model_type,
 )
 from workbench.engines.launch_adapters.sglang_runner import run_runner_stage
 from workbench.engines.model_lookup import ASSUMED_ABSENT, Located, answer_hub_from_cache, apply_hub_env, locate, warm_hub_client
@@ -327,6 +328,10 @@ class SGLangAdapter(LaunchAdapter):
                               flags=tuple(flags), seconds=times)
         frame = engine_frame(error, self.package_dir)
         where = f"{frame.name} ({short_path(frame.filename, self.package_dir)}:{frame.lineno})" if frame else "?"
+        unknown = unknown_model_type(error)
+        if unknown is not None:
+            return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: {unknown} ({where})",
+                              flags=tuple(flags), seconds=times)
         if is_refusal(error, self.package_dir):
             return Resolution(request.engine, REJECTED, refusal_text(error), where, flags=tuple(flags), seconds=times)
         return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s resolution cannot run on a CPU: {one_line(error)} "

@@ -62,6 +62,7 @@ from workbench.engines.launch_adapters.common import (
     one_line,
     short_path,
     traced_setattr,
+    unknown_model_type,
 )
 from workbench.engines.model_lookup import Located, apply_hub_env, locate
 
@@ -462,6 +463,10 @@ class VLLMAdapter(LaunchAdapter):
             return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s model registry could not import the model "
                                                           f"class on a CPU: {said}", flags=tuple(flags),
                               seconds=times, needs=_libraries_missed(said))
+        unknown = unknown_model_type(cause)
+        if unknown is not None:
+            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: {unknown} ({where})", flags=tuple(flags),
+                              seconds=times)
         if is_refusal(cause, self.package_dir):
             return Resolution(request.engine, REJECTED, str(cause).strip() or type(cause).__name__, where,
                               flags=tuple(flags), seconds=times)
