@@ -159,3 +159,26 @@ def test_the_set_still_has_the_mix_it_was_collected_for() -> None:
     }
     short = {k: (counts[k], need) for k, need in MINIMUMS.items() if counts[k] < need}
     assert short == {}, f"below the minimum (have, need): {short}"
+
+
+def _hash_confirmed_rows() -> list[tuple[str, str, int, str]]:
+    """(model id, revision, size, hub git blob SHA-1) of SOURCES.md's table of files the hub's own
+    content hash confirms."""
+    text = SOURCES.read_text(encoding="utf-8")
+    table = text.split("### Files whose bytes the hub's own content hash confirms", 1)[1].split("## Not found", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| `([0-9a-f]{40})` \| (\d+) \| `([0-9a-f]{40})` \|", table, re.M)
+    return [(model_id, revision, int(size), blob) for model_id, revision, size, blob in rows]
+
+
+def test_each_hash_confirmed_config_is_the_blob_the_hub_names() -> None:
+    """The file's git blob SHA-1 (git's own formula: sha1 of ``blob <size>\\0`` and the bytes) and
+    its size are the identifier the hub gives the published file, as the evidence records it."""
+    import hashlib
+
+    rows = _hash_confirmed_rows()
+    assert len(rows) == 8
+    for model_id, revision, size, blob in rows:
+        data = (cache_dir(model_id) / "snapshots" / revision / "config.json").read_bytes()
+        assert len(data) == size, model_id
+        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob, model_id
+        assert hashlib.sha1(data).hexdigest() == revision, model_id  # the folder is named as every other here
