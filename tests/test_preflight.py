@@ -446,13 +446,13 @@ def test_a_slow_check_is_announced_and_a_passed_over_one_dropped(monkeypatch: py
     ran: list[str] = []
     release = threading.Event()
 
-    def slow(command: str, engine: str = "") -> tuple[int, str, None]:
+    def slow(command: str, engine: str = "") -> tuple[int, str, list[Any]]:
         ran.append(engine)
         release.wait(timeout=30)
-        return 0, f"verdict: SAFE [{engine or 'default'}]", None
+        return 0, f"verdict: SAFE [{engine or 'default'}]", []
 
     monkeypatch.setattr(module, "offered", lambda: ["sglang==0.5.10", "sglang==0.5.21", "sglang==0.5.23"])
-    monkeypatch.setattr(module, "checked", lambda command, engine="": (0, f"verdict: SAFE [{engine}]", None))
+    monkeypatch.setattr(module, "checked", lambda command, engine="": (0, f"verdict: SAFE [{engine}]", []))
     box = module.preflight_box("python -m sglang.launch_server --model-path m", "sglang==0.5.10")
     monkeypatch.setattr(module, "checked", slow)
     words, version = box.children[3], box.children[2].children[0]
