@@ -205,3 +205,24 @@ def test_a_model_type_transformers_does_not_know_is_named_not_blamed_on_the_cpu(
     line = unknown_model_type(raised)
     assert line is not None and "does not know the model type `glm_moe_dsa`" in line
     assert unknown_model_type(ValueError("max_model_len 10 is larger than the model's 8")) is None
+
+
+def test_a_flag_read_through_a_setting_the_engine_derived_from_it_is_still_shown() -> None:
+    """SGLang 0.5.9 with ``--speculative-algorithm NGRAM --speculative-ngram-max-bfs-breadth 10``:
+    the engine copies the breadth into ``speculative_eagle_topk`` (server_args.py:2475 in 0.5.9), the
+    deployment reads that, and the flag the command gave is shown too, as modelling a buffer."""
+    from workbench.engines.launch_adapters import ENGINE, GIVEN, RESOLVED, FlagUse, Resolution
+    from workbench.engines.launch_adapters import Setting as EngineSetting
+    from workbench.preflight.deployment import Settings
+    from workbench.preflight.resolve_sglang import READS
+
+    breadth = FlagUse("--speculative-ngram-max-bfs-breadth", "--speculative-ngram-max-bfs-breadth",
+                      "speculative_ngram_max_bfs_breadth", 10)
+    resolution = Resolution("sglang==0.5.9", RESOLVED, flags=(breadth,), settings={
+        "speculative_eagle_topk": EngineSetting(10, ENGINE, "ServerArgs._handle_speculative_decoding"),
+        "speculative_ngram_max_bfs_breadth": EngineSetting(10, GIVEN, "--speculative-ngram-max-bfs-breadth")})
+    s = Settings(resolution, READS)
+    assert s.take("speculative_eagle_topk") == 10
+    shown = s.rest(resolution.flags)
+    assert list(shown) == ["speculative_eagle_topk", "speculative_ngram_max_bfs_breadth"]
+    assert shown["speculative_ngram_max_bfs_breadth"].modelled and shown["speculative_ngram_max_bfs_breadth"].value == 10

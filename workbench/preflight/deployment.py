@@ -94,6 +94,7 @@ class Settings:
         self.engine = resolution.settings
         self.modelled = modelled
         self.items: dict[str, Setting] = {}
+        self.taken: set[str] = set()  # the engine's names taken, whatever each is shown as
         self.notes: list[str] = []
 
     def take(self, name: str, shown: str | None = None) -> object:
@@ -101,6 +102,7 @@ class Settings:
         found: EngineSetting | None = self.engine.get(name)
         if found is None:
             return None
+        self.taken.add(name)
         self.items[shown or name] = Setting(shown or name, found.value, found.origin, found.source, True, found.given)
         return found.value
 
@@ -114,14 +116,18 @@ class Settings:
         return self.add(name, fact.value, READ, f"{fact.source}: {why}")
 
     def rest(self, flags: tuple[FlagUse, ...]) -> dict[str, Setting]:
-        """Every setting taken, then every other flag the command gave (marked as modelling no buffer)."""
+        """Every setting taken, then every other flag the command gave: one the deployment reads
+        through another setting the engine derived from it (NGRAM's BFS breadth, read as its topk;
+        the deprecated ``--cuda-graph-max-bs``, read as the graph config) as modelling a buffer, the
+        rest as modelling none."""
         out = dict(self.items)
         for flag in flags:
-            if flag.dest in out or flag.dest in self.modelled:
+            if flag.dest in out or flag.dest in self.taken:
                 continue
             found = self.engine.get(flag.dest)
             value, origin, source = (found.value, found.origin, found.source) if found else (flag.value, GIVEN, flag.spelled)
-            out[flag.dest] = Setting(flag.dest, value, origin, source, False, found.given if found else None)
+            out[flag.dest] = Setting(flag.dest, value, origin, source, flag.dest in self.modelled,
+                                     found.given if found else None)
         return out
 
 
