@@ -176,7 +176,7 @@ def test_each_hash_confirmed_config_is_the_blob_the_hub_names() -> None:
     import hashlib
 
     rows = _hash_confirmed_rows()
-    assert len(rows) == 8
+    assert len(rows) == 10
     for model_id, revision, size, blob in rows:
         data = (cache_dir(model_id) / "snapshots" / revision / "config.json").read_bytes()
         assert len(data) == size, model_id
