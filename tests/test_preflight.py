@@ -370,7 +370,8 @@ def test_each_launch_of_a_text_is_checked_and_the_worst_status_returned(capsys: 
     above), and the same command with a value its parser refuses (SGLang's own argparse message)."""
     text = f"# node 0\n{ASCEND}\n# node 1\n{ASCEND} --speculative-num-steps three"
     status, out = _run(["check", "--engine", PRE_ASCEND, "--cmd", text])
-    assert status == 2 and "== launch 1 of 2" in out and "== launch 2 of 2" in out
+    assert status == 2 and f"== launch 1 of 2: {ASCEND[:160]}\n" in out
+    assert "== launch 2 of 2: python -m sglang.launch_server --model-path Qwen/Qwen3-32B" in out  # refused: named too
     assert out.rstrip().endswith("verdict of the text: REFUSED: 2 launches: launch 1 FAILS, launch 2 REFUSED")
     assert "error: launch 2 of 2: sglang==0.5.23 refuses the command (its parser): argument --speculative-num-steps: " \
            "invalid int value: 'three'" in out

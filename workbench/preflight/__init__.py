@@ -249,7 +249,8 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
 class LaunchesResult:
     """Every launch of a text checked: each one's result, or the refusal that stopped it."""
 
-    results: tuple[CheckResult | PreflightError, ...]  # in the text's order
+    commands: tuple[LaunchCommand, ...]  # the launches, in the text's order
+    results: tuple[CheckResult | PreflightError, ...]  # one per launch
     status: int
     verdict: str
 
@@ -275,15 +276,15 @@ def launches_verdict(statuses: Sequence[int]) -> tuple[int, str]:
 
 def check_launches(command: str | Sequence[str], **options: object) -> LaunchesResult:
     """``check`` for every launch of ``command``; options as ``check``'s (``launch`` aside)."""
-    count = parse_commands(command)[0].launches
+    launches = parse_commands(command)
     results: list[CheckResult | PreflightError] = []
-    for position in range(1, count + 1):
+    for position in range(1, len(launches) + 1):
         try:
             results.append(check(command, launch=position, **options))  # type: ignore[arg-type]
         except PreflightError as err:
             results.append(err)
     status, verdict = launches_verdict([r.status if isinstance(r, CheckResult) else BAD_INPUT for r in results])
-    return LaunchesResult(tuple(results), status, verdict)
+    return LaunchesResult(tuple(launches), tuple(results), status, verdict)
 
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,

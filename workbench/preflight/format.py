@@ -103,11 +103,9 @@ def format_json(result: CheckResult) -> str:
 def format_launches_text(every: LaunchesResult) -> str:
     """Each launch's result under a heading that names it, then the verdict of them all."""
     parts = []
-    for position, result in enumerate(every.results, 1):
-        if isinstance(result, CheckResult):
-            parts.append(f"== launch {position} of {len(every.results)}: {result.command.text[:160]}\n{format_text(result)}")
-        else:
-            parts.append(f"== launch {position} of {len(every.results)}\nerror: {result}")
+    for launch, result in zip(every.commands, every.results):
+        head = f"== launch {launch.position} of {launch.launches}: {launch.text[:160]}"
+        parts.append(f"{head}\n{format_text(result)}" if isinstance(result, CheckResult) else f"{head}\nerror: {result}")
     return "\n\n".join([*parts, f"verdict of the text: {every.verdict}"])
 
 
