@@ -506,6 +506,18 @@ def drive(driver: Driver, kind: str, once: bool = False) -> int:
             field.fill(field.input_value().replace("--context-length 32768", "--context-length 4096"))
             driver.page.locator(".workbench-explorer button", has_text="check").click()
         driver.act("command edited to --context-length 4096, check pressed", edited, "context_length 4096", settle=True)
+
+        def two_launches() -> None:  # node 0 and node 1 of one text: each launch is checked
+            field = driver.control(".widget-textarea", "command").locator("textarea")
+            command = field.input_value()
+            field.fill(f"# node 0\n{command}\n# node 1\n{command}")
+            driver.page.locator(".workbench-explorer button", has_text="check").click()
+        now = driver.act("the command twice, as node 0 and node 1", two_launches, "verdict of the text:", settle=True)
+        assert "== launch 1 of 2" in now["line"] and "== launch 2 of 2" in now["line"], now
+        if os.environ.get("WORKBENCH_SCREENSHOTS"):  # a folder: what the box shows, for a person to look at
+            driver.page.locator(".workbench-explorer").screenshot(path=f"{os.environ['WORKBENCH_SCREENSHOTS']}/"
+                                                                      f"{driver.name}-two-launches.png")
+        return count + 2
     return count + 1
 
 
