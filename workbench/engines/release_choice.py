@@ -159,7 +159,7 @@ def refusal(engine: str, words: Sequence[str]) -> str | None:
         return NOT_LEARNED
     with contextlib.redirect_stderr(io.StringIO()):
         for position, word in enumerate(words):
-            if word and not word.strip() and (position == 0 or not words[position - 1].startswith("-")):
+            if blank(word) and (position == 0 or not words[position - 1].startswith("-")):
                 # no option's value: a stray argument (a backslash followed by spaces gives one) that
                 # every release's parser refuses; the learned parser holds options only
                 return f"{word!r} is an argument no option of it takes"
@@ -183,6 +183,12 @@ def refusal(engine: str, words: Sequence[str]) -> str | None:
             if allowed is not None and value is not None and value not in allowed:
                 return f"{value!r} is not one of the choices of {option}"
     return None
+
+
+def blank(word: str) -> bool:
+    """A word of spaces only: what the shell passes for a backslash followed by spaces
+    (``--tp 1 \\   # comment``), an argument no parser's option takes."""
+    return bool(word) and not word.strip()
 
 
 def _looks_negative(word: str) -> bool:

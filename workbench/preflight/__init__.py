@@ -319,7 +319,7 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
-        if any(word and not word.strip() for word in parsed.argv):  # "--tp 1 \   # comment": as a shell reads it
+        if any(release_choice.blank(word) for word in parsed.argv):  # "--tp 1 \   # comment": as a shell reads it
             hint += (" (a backslash followed by spaces escapes a space, not the line's end: the shell passes ' ' as an "
                      "argument and ends the command on that line)")
         entrypoint = next((w for w in parsed.wrappers if "its entrypoint" in w), None)
