@@ -86,7 +86,7 @@ def open_session(install: wheels.EngineInstall, say: Progress = lambda line: Non
     raise RuntimeError(f"its modules do not import on a CPU: {'; '.join(dict.fromkeys(errors))}")
 
 
-def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:
+def row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:
     states = agree = 0
     first = None
     for state, engine, model in pairs:
@@ -98,11 +98,11 @@ def _row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row
     return {"function": function, "states": states, "agree": agree, "first_disagreement": first, "skipped": None}
 
 
-def _skipped(function: str, reason: str) -> Row:
+def skipped(function: str, reason: str) -> Row:
     return {"function": function, "states": 0, "agree": 0, "first_disagreement": None, "skipped": reason}
 
 
-def _ask_all(session: Session, name: str, key: str, items: Sequence[Any]) -> list[Any]:
+def ask_all(session: Session, name: str, key: str, items: Sequence[Any]) -> list[Any]:
     """The worker's answers for every item, asked ``BATCH`` at a time; an error answers each item."""
     values: list[Any] = []
     for start in range(0, len(items), BATCH):
@@ -145,29 +145,29 @@ def _case(state: Sequence[int], rows: int = 4) -> ib.IndexerCase:
 # ---- the rows ------------------------------------------------------------------------------------------
 
 
-def table_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+def tablerow(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
     table = buffers["located"]["block_table"]["found"].rsplit(".", 1)[-1]  # MultiGroupBlockTable; BlockTables from 0.34.0
     function = f"{table} (block table width)"
     fact = buffers["backends"][ib.NAME]["table_alignment"]
     if fact.get("how") != "measured" or fact.get("value") is None:
-        return _skipped(function, f"no measured table alignment ({fact.get('reason') or fact.get('finding')})")
+        return skipped(function, f"no measured table alignment ({fact.get('reason') or fact.get('finding')})")
     rule = ib.ALIGNMENTS[str(fact["value"])]
     points = width_states(random.Random(f"{seed}:{function}"), count)
     if fact.get("dcp_exists") is False:  # a release without DCP runs at dcp 1 only
         points = [[length, block, 1] for length, block, _ in points]
-    engine = _ask_all(session, "table_width", "points", points)
-    return _row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e,
+    engine = ask_all(session, "table_width", "points", points)
+    return row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e,
                             rule(cdiv(p[0], p[1] * p[2]), p[1])) for p, e in zip(points, engine)))
 
 
-def indexer_width_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+def indexer_widthrow(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
     function = "DeepseekV32IndexerMetadataBuilder.__init__ (expanded_block_table_buffer width)"
     version = _version(buffers)
     if version is None:
-        return _skipped(function, "the release has no indexer buffer, or its widths were not measured")
+        return skipped(function, "the release has no indexer buffer, or its widths were not measured")
     points = width_states(random.Random(f"{seed}:{function}"), count)
-    engine = _ask_all(session, "indexer_width", "points", points)
-    return _row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e, ib.buffer_width(_case(p), version))
+    engine = ask_all(session, "indexer_width", "points", points)
+    return row(function, ((dict(zip(("max_model_len", "block_size", "dcp"), p)), e, ib.buffer_width(_case(p), version))
                            for p, e in zip(points, engine)))
 
 
@@ -186,29 +186,29 @@ def _model_fill(case: ib.IndexerCase, version: ib.IndexerVersion) -> dict[str, A
     return {"error": None, "buffer_width": b_width, "rows_checksum": int(buffer.long().sum())}
 
 
-def indexer_fill_row(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
+def indexer_fillrow(session: Session, buffers: dict[str, Any], count: int, seed: int) -> Row:
     function = "DeepseekV32IndexerMetadataBuilder._prepare_decode_tensors[variable]"
     version = _version(buffers)
     if version is None:
-        return _skipped(function, "the release has no indexer buffer, or its widths were not measured")
+        return skipped(function, "the release has no indexer buffer, or its widths were not measured")
     fill = buffers["backends"][ib.NAME].get("fill", {})
     if fill.get("value") is None:  # the release's builder has no such step (0.17.0 to 0.19.1)
-        return _skipped(function, f"no learned fill ({fill.get('finding') or fill.get('reason') or 'not measured'})")
+        return skipped(function, f"no learned fill ({fill.get('finding') or fill.get('reason') or 'not measured'})")
     rng = random.Random(f"{seed}:{function}")
     cases = [_case(p, rows=rng.randint(3, 96)) for p in width_states(rng, count)]
     states = [{"max_model_len": c.max_model_len, "block_size": c.block_size, "dcp": c.dcp,
                "decode_lens": ib.decode_lens(c.rows, "variable"), "table_width": ib.table_width(c, version)} for c in cases]
-    engine = _ask_all(session, "indexer_fill", "states", states)
-    return _row(function, ((s, e, _model_fill(c, version)) for s, c, e in zip(states, cases, engine)))
+    engine = ask_all(session, "indexer_fill", "states", states)
+    return row(function, ((s, e, _model_fill(c, version)) for s, c, e in zip(states, cases, engine)))
 
 
-def v0_width_row(session: Session, count: int, seed: int) -> Row:
+def v0_widthrow(session: Session, count: int, seed: int) -> Row:
     function = "get_max_block_per_batch (graph_block_tables width)"
     rng = random.Random(f"{seed}:{function}")
     points = [[rng.choice([rng.randint(1, 512), rng.randint(1, 1 << 17), 8192, 8193]), rng.choice([1, 8, 16, 32, 64])]
               for _ in range(count)]
-    engine = _ask_all(session, "v0_width", "points", points)
-    return _row(function, (({"max_seq_len_to_capture": c, "block_size": b}, e,
+    engine = ask_all(session, "v0_width", "points", points)
+    return row(function, (({"max_seq_len_to_capture": c, "block_size": b}, e,
                             v0.V0GraphCase(component=v0.NAME, engine="-", max_seq_len_to_capture=c, block_size=b,
                                            lookahead=0, seq_lens=(1,)).graph_width) for (c, b), e in zip(points, engine)))
 
@@ -252,12 +252,12 @@ def _v0_task(case: v0.V0GraphCase, backend: str) -> dict[str, Any]:
             "block_tables": v0.block_lists(held)}
 
 
-def v0_rows_row(session: Session, backend: str, write: str, count: int, seed: int) -> Row:
+def v0_rowsrow(session: Session, backend: str, write: str, count: int, seed: int) -> Row:
     function = f"{backend} MetadataBuilder.build (graph_block_tables rows)"
     rng = random.Random(f"{seed}:{function}")
     cases = [c for c in (_v0_state(rng) for _ in range(count * 2)) if c.replays_graph][:count]
-    engine = _ask_all(session, "v0_rows", "states", [_v0_task(c, backend) for c in cases])
-    return _row(function, ((_v0_task(c, backend) | {"lookahead": c.lookahead}, _v0_engine(e), _v0_model(c, write))
+    engine = ask_all(session, "v0_rows", "states", [_v0_task(c, backend) for c in cases])
+    return row(function, ((_v0_task(c, backend) | {"lookahead": c.lookahead}, _v0_engine(e), _v0_model(c, write))
                            for c, e in zip(cases, engine)))
 
 
@@ -277,8 +277,7 @@ def v0_row_write(session: Session, backend: str, where: dict[str, Any], referenc
     engine = [_v0_engine(a) for a in answer["values"]]
     results = {}
     for write in ("assign", "truncate"):
-        row = _row(write, ((_v0_task(c, backend), e, _v0_model(c, write)) for c, e in zip(cases, engine)))
-        results[write] = row
+        results[write] = row(write, ((_v0_task(c, backend), e, _v0_model(c, write)) for c, e in zip(cases, engine)))
     fact = lr.name_candidate(results, function=where["found"], found=where["source"])
     at = next((e["error"] for c, e in zip(cases, engine) if c.seq_lens == (reference["seq_len"],)), None)
     fact["at_reference"] = {"state": reference, "error": at}
@@ -291,18 +290,18 @@ def run(session: Session, buffers: dict[str, Any], states: int, *, seed: int = 0
     located = buffers["located"]
     rows = []
     if located["block_table"].get("found"):
-        rows.append(table_row(session, buffers, states, seed))
+        rows.append(tablerow(session, buffers, states, seed))
     if located["indexer"].get("found"):
-        rows.append(indexer_width_row(session, buffers, states, seed))
-        rows.append(indexer_fill_row(session, buffers, states, seed))
+        rows.append(indexer_widthrow(session, buffers, states, seed))
+        rows.append(indexer_fillrow(session, buffers, states, seed))
     if located["v0_width"].get("found"):
-        rows.append(v0_width_row(session, states, seed))
+        rows.append(v0_widthrow(session, states, seed))
         writes = buffers["backends"][v0.NAME]["row_write"].get("value") or {}
         for backend in located["v0_builders"]:
             if backend in writes and writes[backend] is not None:
-                rows.append(v0_rows_row(session, backend, str(writes[backend]), states, seed))
+                rows.append(v0_rowsrow(session, backend, str(writes[backend]), states, seed))
             else:
-                rows.append(_skipped(f"{backend} MetadataBuilder.build", "its row write was not learned"))
+                rows.append(skipped(f"{backend} MetadataBuilder.build", "its row write was not learned"))
     for row in rows:
         say(f"conformance {row['function']}: {row['agree']} of {row['states']} agree"
             + (f" (skipped: {row['skipped']})" if row["skipped"] else ""))
@@ -319,7 +318,7 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
     if section is None:
         raise ValueError(f"engine: {engine!r} was never learned (workbench engines learn {engine})")
     if "located" not in section:  # vllm-ascend: its drafter runs on an NPU only, so it was read, not run
-        return [{"engine": engine, **_skipped("drafter (spec_decode proposers)", "read from its code: it runs on an NPU only")}]
+        return [{"engine": engine, **skipped("drafter (spec_decode proposers)", "read from its code: it runs on an NPU only")}]
     install = wheels.fetch(engine)
     try:
         session, _ = open_session(install)
@@ -327,4 +326,10 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
         raise ValueError(f"{engine}: {error}") from None
     with session:
         rows = run(session, section, states, seed=seed)
+        kv = learned.section(engine, "kv")
+        if kv is not None:  # the v1 KV cache manager's facts, learned apart (learn_vllm_kv)
+            from workbench.backends.vllm_v1_block_table import NAME
+            from workbench.engines import learn_vllm_kv
+
+            rows.append(learn_vllm_kv.conformance_row(session, kv["backends"][NAME], states, seed))
     return [{"engine": engine, **row} for row in rows]

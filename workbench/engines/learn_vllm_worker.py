@@ -7,7 +7,8 @@ release (``vllm_loader``), then answers one JSON task per line (``learn_session`
 * ``parser``: the launch adapter's load report and the parser's facts (``launch_adapters.vllm``);
 * ``resolve``: a reference launch command read by the release's own parser and resolution;
 * ``table_width`` / ``indexer_width`` / ``v0_width``: widths at each of ``points``;
-* ``indexer_fill`` / ``v0_rows``: what the release's fill does on each of ``states``.
+* ``indexer_fill`` / ``v0_rows``: what the release's fill does on each of ``states``;
+* ``kv_slots``: the blocks the v1 KV cache manager gives a request at each of ``states``.
 
 A task that fails answers ``{"error": one line}``; a point that fails answers its error in place.
 """
@@ -171,6 +172,12 @@ class Worker:
 
         return self._points(lambda s: vllm_buffers.v0_rows(s["backend"], s["graph_width"], s["seq_lens"],
                                                            s["block_tables"]), [[s] for s in task["states"]])
+
+    def kv_slots(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return self._points(lambda s: vllm_buffers.kv_slots(s["max_model_len"], s["block_size"], s["computed"],
+                                                            s["new_tokens"], s["lookahead"]), [[s] for s in task["states"]])
 
 
 def main() -> int:

@@ -18,6 +18,11 @@ Each buffer is found by what the release defines, never by its version number (`
 * V0's ``graph_block_tables`` width (``get_max_block_per_batch``) and each attention backend's
   metadata builder writing a decode batch's block lists into it (``build``).
 
+* the v1 KV cache manager's ``allocate_slots``: the blocks it gives one request for a decode
+  step (the sampled token, the draft tokens, the lookahead slots), or the error it raises; and the
+  line of the scheduler's ``schedule`` that caps a running request's new tokens by
+  ``max_model_len`` (read: the scheduler needs a whole engine's outputs to step).
+
 The context-parallel size the engine asks for (``get_total_cp_world_size``, ``get_dcp_group``)
 is answered per call with the state's ``dcp``, in the modules that ask.
 """
@@ -38,6 +43,8 @@ RUNNER = "vllm.v1.worker.gpu.model_runner"
 RUNNER_WIDTH_CALLS = ("max_num_blocks_per_req(", "get_block_table_width(", "BlockTables(")
 INDEXER = "vllm.v1.attention.backends.mla.indexer"
 V0_RUNNER = "vllm.worker.model_runner"
+KV_MANAGER = "vllm.v1.core.kv_cache_manager"
+SCHEDULER = "vllm.v1.core.sched.scheduler"
 V0_BUILDERS = {"flash-attn": ("vllm.attention.backends.flash_attn", "FlashAttentionMetadataBuilder"),
                "flashinfer": ("vllm.attention.backends.flashinfer", "FlashInferMetadataBuilder"),
                "xformers": ("vllm.attention.backends.xformers", "XFormersMetadataBuilder")}
@@ -132,7 +139,59 @@ def locate() -> dict[str, Any]:
         if cls is not None and hasattr(cls, "build"):
             builders[backend] = {"found": f"{module_name}.{class_name}.build", "source": _source(cls.build)}
     found["v0_builders"] = builders
+    found["kv_manager"] = _kv_manager()
     return found
+
+
+def _kv_manager() -> dict[str, Any]:
+    """The v1 KV cache manager's ``allocate_slots`` (whether it takes lookahead slots), and the
+    scheduler's line capping a running request's new tokens by ``max_model_len``."""
+    manager = _module(KV_MANAGER)
+    cls = getattr(manager, "KVCacheManager", None) if manager else None
+    if cls is None or not hasattr(cls, "allocate_slots"):
+        return {"found": None, "searched": f"{KV_MANAGER}.KVCacheManager.allocate_slots"}
+    takes = inspect.signature(cls.allocate_slots).parameters
+    # 0.8.x: blocks given beyond a step's need; the scheduler leaves the argument at its default
+    preallocate = inspect.signature(cls).parameters.get("num_preallocate_tokens")
+    return {"found": f"{KV_MANAGER}.KVCacheManager.allocate_slots", "source": _source(cls.allocate_slots),
+            "lookahead": "num_lookahead_tokens" in takes, "scheduler_cap": scheduler_cap(),
+            "preallocate_tokens": int(preallocate.default) if preallocate is not None else 0,
+            "init_source": _source(cls.__init__)}
+
+
+def scheduler_cap() -> dict[str, Any]:
+    """The statement of ``Scheduler.schedule`` that caps a running request's ``num_new_tokens``
+    by ``max_model_len`` (its text and ``file:line``; with the assignment it goes through, where
+    the cap is a variable computed from ``max_model_len``), or what was searched."""
+    import ast
+    import textwrap
+
+    module = _module(SCHEDULER)
+    schedule = getattr(getattr(module, "Scheduler", None), "schedule", None) if module else None
+    if schedule is None:
+        return {"found": None, "searched": f"{SCHEDULER}.Scheduler.schedule"}
+    lines, first = inspect.getsourcelines(schedule)
+    file = inspect.getsourcefile(schedule) or "?"
+    short = file[file.rfind("/vllm/") + 1:] if "/vllm/" in file else file
+    text = textwrap.dedent("".join(lines))
+    bounded: dict[str, ast.Assign] = {}  # names assigned from an expression of max_model_len
+    assigns = sorted((n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                      and isinstance(n.targets[0], ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+    for node in assigns:  # in source order: a name is bounded before it is used
+        target = node.targets[0]
+        assert isinstance(target, ast.Name)
+        segment = ast.get_source_segment(text, node) or ""
+        names = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        through = [bounded[n] for n in sorted(names) if n in bounded]
+        if "max_model_len" in segment:
+            bounded[target.id] = node
+        is_min = isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "min"
+        if target.id == "num_new_tokens" and is_min and ("max_model_len" in segment or through):
+            parts = [*through, node]
+            return {"found": "; ".join(" ".join((ast.get_source_segment(text, p) or "").split()) for p in parts),
+                    "source": f"{short}:{first + parts[0].lineno - 1}-{first + (node.end_lineno or node.lineno) - 1}"}
+    return {"found": None, "searched": f"{short}:{first}-{first + len(lines) - 1} (no num_new_tokens = min(...) "
+                                       "bounded by max_model_len in Scheduler.schedule)"}
 
 
 def _runner_block_tables() -> dict[str, Any] | None:
@@ -351,3 +410,66 @@ def v0_rows(backend: str, graph_width: int, seq_lens: list[int], block_tables: l
     except Exception as raised:  # noqa: BLE001 - past the row writes, the stand-ins end the build
         error = f"after the rows: {type(raised).__name__}"
     return {"error": error, "rows": runner.graph_block_tables.tolist()}
+
+
+# ---- the v1 KV cache manager ----------------------------------------------------------------------
+
+
+def _kv_cache_config(block_size: int, num_blocks: int) -> Any:
+    """One full-attention KV cache group of ``num_blocks`` blocks (the release's own config classes)."""
+    specs = importlib.import_module("vllm.v1.kv_cache_interface")
+    group = specs.KVCacheGroupSpec(["model.layers.0.self_attn.attn"], attention_spec(block_size))
+    fields = {f.name for f in dataclasses.fields(specs.KVCacheConfig)}
+    known: dict[str, Any] = {"num_blocks": num_blocks, "kv_cache_groups": [group], "tensors": {},
+                             "kv_cache_tensors": []}
+    return specs.KVCacheConfig(**{k: v for k, v in known.items() if k in fields})
+
+
+def _request(tokens: int) -> Any:
+    """A request of ``tokens`` prompt tokens, made by the release's own ``Request``."""
+    request_cls = importlib.import_module("vllm.v1.request").Request
+    sampling = importlib.import_module("vllm.sampling_params").SamplingParams(max_tokens=1)
+    known: dict[str, Any] = {"request_id": "r0", "prompt": None, "prompt_token_ids": [0] * tokens,
+                             "multi_modal_inputs": None, "multi_modal_hashes": None, "multi_modal_placeholders": None,
+                             "sampling_params": sampling, "pooling_params": None, "eos_token_id": None,
+                             "arrival_time": 0.0}
+    return request_cls(**_fill(request_cls, known))
+
+
+def kv_slots(max_model_len: int, block_size: int, computed: int, new_tokens: int, lookahead: int) -> dict[str, Any]:
+    """The blocks ``KVCacheManager.allocate_slots`` gives one request: ``computed`` tokens
+    allocated first (its prefill, when there are any), then a step of ``new_tokens`` (the sampled
+    token and the drafts) with ``lookahead`` slots where the release takes them. Answers
+    ``{"held": blocks}`` or ``{"error": the exception's type and text}``; prefix caching off."""
+    cls = importlib.import_module(KV_MANAGER).KVCacheManager
+    num_blocks = cdiv_int(max_model_len, block_size) + cdiv_int(max_model_len + 256, block_size) + 8
+    parameters = inspect.signature(cls).parameters
+    if "kv_cache_config" in parameters:
+        known: dict[str, Any] = {"kv_cache_config": _kv_cache_config(block_size, num_blocks),
+                                 "max_model_len": max_model_len, "scheduler_block_size": block_size,
+                                 "hash_block_size": block_size, "enable_caching": False, "log_stats": False}
+    else:  # 0.8.x: the manager takes the block size and the pool itself
+        known = {"block_size": block_size, "num_gpu_blocks": num_blocks, "max_model_len": max_model_len,
+                 "enable_caching": False, "log_stats": False}
+    manager = cls(**_fill(cls, known))
+    request = _request(computed + 1)
+    takes = inspect.signature(manager.allocate_slots).parameters
+    try:
+        if computed:
+            manager.allocate_slots(request, computed)
+            request.num_computed_tokens = computed
+        step = {"num_lookahead_tokens": lookahead} if "num_lookahead_tokens" in takes else {}
+        got = manager.allocate_slots(request, new_tokens, **step)
+    except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
+        return {"error": f"{type(error).__name__}: {str(error).strip()}"}
+    if got is None:
+        return {"error": "no free blocks"}
+    blocks = manager.get_block_ids(request.request_id) if hasattr(manager, "get_block_ids") else None
+    if blocks is None:
+        return {"held": len(manager.req_to_blocks[request.request_id])}
+    first = blocks[0] if blocks and isinstance(blocks[0], (list, tuple)) else blocks
+    return {"held": len(first)}
+
+
+def cdiv_int(a: int, b: int) -> int:
+    return -(a // -b)

@@ -27,12 +27,12 @@ Facts = dict[str, dict[str, Any]]  # field -> fact
 
 
 @functools.lru_cache(maxsize=8)
-def learned_facts(component: str, name: str = "vllm") -> dict[str, Facts]:
-    """``{engine: {field: fact}}`` of every learned release of engine ``name`` whose buffers
-    section has ``component``, oldest release first."""
+def learned_facts(component: str, name: str = "vllm", section_name: str = "buffers") -> dict[str, Facts]:
+    """``{engine: {field: fact}}`` of every learned release of engine ``name`` whose section
+    ``section_name`` has ``component``, oldest release first."""
     found: dict[str, Facts] = {}
     for engine in sorted(learned.learned_releases(name), key=lambda e: version_key(split(e)[1])):
-        section = learned.section(engine, "buffers") or {}
+        section = learned.section(engine, section_name) or {}
         facts = section.get("backends", {}).get(component)
         if isinstance(facts, dict):
             found[engine] = facts
@@ -99,3 +99,13 @@ def data_release(engine: str, measured: list[str]) -> str | None:
     if learned.path(engine) is not None:
         return None
     return releases.nearest(measured, engine)
+
+
+def scheduler_cap(engine: str) -> dict[str, Any] | None:
+    """The line of ``engine``'s ``Scheduler.schedule`` capping a running request's new tokens by
+    ``max_model_len``, as its ``kv`` section read it (a fact whose value is None where the
+    release has no such line); None where the section was never learned."""
+    facts = learned_facts("vllm-v1-block-table", section_name="kv").get(engine)
+    cap = facts.get("scheduler_cap") if facts else None
+    return cap if isinstance(cap, dict) else None
+
