@@ -186,6 +186,10 @@ if not engines:
     assert set(worst("vllm-indexer-block-table", "vllm==0.23.0").status) == {"reachable"}
     assert set(worst("vllm-indexer-block-table", "vllm==0.33.0").status) == {"safe"}
     assert set(worst("vllm-v0-graph-block-tables", "vllm==0.6.0").first_failing_seq_len) == {8186}
+    # V1's block table: 0.8.2 neither schedules nor allocates within max_model_len (4096 - 3 + 1 = 4094
+    # with 3 drafts at block size 16); 0.23.0 caps both
+    assert set(worst("vllm-v1-block-table", "vllm==0.8.2").first_failing_seq_len) == {4094}
+    assert set(worst("vllm-v1-block-table", "vllm==0.23.0").status) == {"safe"}
 if not engines or "sglang==0.5.10" in engines:  # the flat draft buffer before the topk factor
     old = worst("sglang-flashinfer-kv-indices", "sglang==0.5.10").set_index("mode").loc["draft-decode"]
     assert (old.outcome, old.status) == ("silent-overwrite", "reachable"), old

@@ -1,0 +1,174 @@
+"""vLLM v1's block table against the blocks the KV cache manager gives a request verifying drafts
+(``backends/vllm_v1_block_table.py``), and the learned ``kv`` sections it reads.
+
+Expected values: block counts worked by hand below from the arithmetic of ``allocate_slots`` as
+each release writes it (0.8.2 ``kv_cache_manager.py:141-254``: ``cdiv(computed + new, block_size)``
+blocks, 64 preallocated tokens, never more than ``cdiv(max_model_len, block_size)``, then
+``assert num_new_blocks > 0``; 0.9.0.1 on: slots capped at ``max_model_len``), executed scans, and,
+where the wheel is cached, the release's own ``allocate_slots`` run on a CPU (the learn worker).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workbench.analysis.probe import probe
+from workbench.backends import vllm_v1_block_table as v1
+from workbench.engines import learned, wheels
+from workbench.model.outcome import Outcome
+
+SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
+WITH_KV = [p for p in SHIPPED if "kv" in json.loads(p.read_text())["sections"]]
+OLD, NEW = "vllm==0.8.2", "vllm==0.23.0"
+
+pytestmark = pytest.mark.skipif(OLD not in v1.releases() or NEW not in v1.releases(),
+                                reason="the kv sections of vllm 0.8.2 and 0.23.0 are not learned")
+
+
+def case(engine: str, seq_len: int, drafts: int = 3, length: int = 4096, block: int = 16,
+         lookahead: int = 0) -> v1.V1StepCase:
+    return v1.BACKEND.parse({"component": v1.NAME, "engine": engine, "max_model_len": length, "block_size": block,
+                             "drafts": drafts, "lookahead": lookahead, "seq_lens": [seq_len]})
+
+
+def test_each_release_learned_the_policy_its_code_has() -> None:
+    """0.8.2's manager preallocates (64 tokens) and its scheduler has no cap; from 0.9.0.1 both cap."""
+    found = v1.releases()
+    assert found[OLD] == v1.KvRelease("preallocated", 64, False, "none")
+    assert found[NEW] == v1.KvRelease("capped", 0, True, "128-div-block-size")
+    assert all(r.slots == "capped" and r.scheduler_caps for e, r in found.items() if e != OLD)
+
+
+def test_the_worked_example_asserts_at_the_257th_block() -> None:
+    # seq_len 4094: committed 4093, 1 + 3 new tokens -> cdiv(4097, 16) = 257 blocks > 4096 / 16 = 256
+    failing = probe(case(OLD, 4094))
+    assert failing.outcome is Outcome.HOST_ASSERT
+    assert failing.error == "AssertionError in KVCacheManager.allocate_slots: the step needs 257 blocks, the row holds 256"
+    assert probe(case(OLD, 4093)).outcome is Outcome.OK  # cdiv(4096, 16) = 256: the step fits
+    assert probe(case(NEW, 4094, lookahead=3)).outcome is Outcome.OK  # 0.23.0 schedules min(4, 4096 - 4093) = 3
+
+
+@pytest.mark.parametrize("engine", [OLD, NEW])
+@pytest.mark.parametrize("length,block,drafts", [(100, 16, 3), (96, 16, 5), (64, 1, 2), (300, 32, 9), (50, 8, 0)])
+def test_the_closed_form_equals_an_executed_scan(engine: str, length: int, block: int, drafts: int) -> None:
+    base = case(engine, 1, drafts, length, block, lookahead=drafts)
+    low, high = v1.BACKEND.scan_range(base)
+    values = np.arange(low, high + 1)
+    executed = [probe(v1.BACKEND.at(base, int(s))).outcome.failed for s in values]
+    assert v1.BACKEND.fails_grid(base, values).tolist() == executed
+    if engine == OLD and drafts:  # hand: fails once seq_len + drafts passes the row's tokens
+        first = next(int(s) for s, bad in zip(values, executed) if bad) if any(executed) else None
+        row_tokens = -(-length // block) * block
+        assert first == (row_tokens - drafts + 1 if row_tokens - drafts + 1 <= high else None)
+    if engine == NEW:
+        assert not any(executed)
+
+
+def test_the_allocation_model_in_worked_states() -> None:
+    """Hand-worked: 64 preallocated tokens at block 16 are 4 blocks."""
+    assert v1.allocation("preallocated", 64, 4096, 16, 0, 1, 0) == {"held": 5}  # 1 block + 4
+    assert v1.allocation("preallocated", 64, 4096, 16, 100, 1, 0) == {"held": 11}  # cdiv(100,16)=7 + 4; step fits
+    assert v1.allocation("preallocated", 64, 4096, 16, 4094, 4, 3) == {"error": v1.ASSERT_ERROR}
+    assert v1.allocation("preallocated", 64, 4096, 16, 4000, 4, 3) == {"held": 254}  # 250 + 4
+    assert v1.allocation("capped", 0, 4096, 16, 4094, 4, 3) == {"held": 256}  # min(4101, 4096) / 16
+    assert v1.allocation("capped", 0, 4096, 16, 4000, 4, 3) == {"held": 251}  # cdiv(4007, 16)
+
+
+@pytest.mark.parametrize("path", WITH_KV, ids=[p.stem for p in WITH_KV])
+def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None:
+    data: dict[str, Any] = json.loads(path.read_text())
+    assert not learned.validate(data)
+    kv = data["sections"]["kv"]
+    facts = kv["backends"][v1.NAME]
+    assert facts["slots"]["how"] == "measured" and facts["slots"]["value"] in v1.SLOTS
+    assert facts["scheduler_cap"]["how"] in ("read", "absent")
+    if facts["scheduler_cap"]["how"] == "read":  # the statement read names the length it caps by
+        assert "max_model_len" in facts["scheduler_cap"]["value"] and "num_new_tokens = min(" in facts["scheduler_cap"]["value"]
+    for row in kv["conformance"]:
+        assert row["agree"] == row["states"] >= 200, (data["engine"], row["first_disagreement"])
+        # the states reach the row's end: the preallocating release asserts on some of them
+    assert kv["conformance"], data["engine"]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", [NEW, OLD])
+def test_the_allocation_model_agrees_with_the_releases_own_allocate_slots(engine: str) -> None:
+    from workbench.engines import conformance_vllm, learn_vllm_kv
+
+    install = wheels.cached(engine)
+    if install is None and engine == NEW:  # the notebooks' and the preflight's release: fetched anyway
+        install = wheels.fetch(engine)
+    if install is None:
+        pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
+    session, located = conformance_vllm.open_session(install)
+    with session:
+        # hand-worked states: (length, block, computed, new, lookahead) -> the blocks or the assertion
+        states = [{"max_model_len": 4096, "block_size": 16, "computed": c, "new_tokens": n, "lookahead": la}
+                  for c, n, la in ((0, 1, 0), (4093, 4, 3), (4092, 4, 3), (4000, 4, 3))]
+        answers = conformance_vllm.ask_all(session, "kv_slots", "states", states)
+        facts = learned.section(engine, "kv")["backends"][v1.NAME]  # type: ignore[index]
+        row = learn_vllm_kv.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
+    if engine == OLD:
+        assert answers == [{"held": 5}, {"error": v1.ASSERT_ERROR}, {"held": 256}, {"held": 254}]
+    else:
+        assert answers == [{"held": 1}, {"held": 256}, {"held": 256}, {"held": 251}]
+    assert row["agree"] == row["states"] == 200, row["first_disagreement"]
+
+
+def test_a_release_never_run_takes_its_neighbours_facts_only_where_they_agree() -> None:
+    found = v1.releases()
+    assert v1.bracketing_release(OLD) == OLD
+    # 0.8.3 lies between 0.8.2 (preallocated, no cap) and the next measured release (capped): no answer
+    assert "vllm==0.8.3" not in found and v1.bracketing_release("vllm==0.8.3") is None
+    if {"vllm==0.14.1", "vllm==0.17.0"} <= set(found) and "vllm==0.15.0" not in found:
+        assert found["vllm==0.14.1"] == found["vllm==0.17.0"]
+        assert v1.bracketing_release("vllm==0.15.0") == "vllm==0.14.1"
+
+
+# ---- in a launch check: the release's own resolution, then this row ----------------------------------
+
+HF_CACHE = Path(__file__).parent / "data" / "hf_cache" / "hub"
+NGRAM = ("vllm serve facebook/opt-125m --speculative-config "
+         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 4}'")
+
+
+@pytest.fixture
+def hf_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(HF_CACHE))
+
+
+@pytest.mark.engine
+@pytest.mark.usefixtures("hf_cache")
+def test_a_v1_launch_gets_the_row_and_its_releases_own_scheduler_line() -> None:
+    from workbench.preflight import SAFE, check
+
+    result = check(NGRAM, engine=NEW, progress=None)
+    rows = [r for r in result.rows if r.backend == v1.NAME]
+    # opt-125m: 2048 positions (its config's max_position_embeddings), block size 16 -> 128 blocks
+    assert [(r.width, r.first_failing, r.outcome) for r in rows] == [(128, None, "ok")]
+    assert result.status == SAFE
+    overshoot = result.deployment.settings["overshoot"]
+    assert overshoot.source == "vllm/v1/core/sched/scheduler.py:414-416 (vllm==0.23.0)"
+
+
+@pytest.mark.engine
+@pytest.mark.usefixtures("hf_cache")
+def test_v1_ngram_under_082_fails_where_the_drafts_pass_the_row() -> None:
+    from workbench.preflight import FAILS, check
+
+    if wheels.cached(OLD) is None:
+        pytest.skip(f"{OLD} is not in the workbench's engine cache (workbench engines learn {OLD})")
+    command = ("VLLM_USE_V1=1 vllm serve facebook/opt-125m --speculative-model '[ngram]' "
+               "--num-speculative-tokens 3 --ngram-prompt-lookup-max 4")
+    result = check(command, engine=OLD, progress=None)
+    row = next(r for r in result.rows if r.backend == v1.NAME)
+    # committed c, 1 + 3 new tokens: the first c with c + 4 > 128 * 16 = 2048 is 2045
+    assert (row.first_failing, row.outcome, row.reachable) == (2045, "host-assert", True)
+    assert result.status == FAILS
+    assert any("caps no running request's new tokens" in note for note in result.deployment.notes)
+    assert result.deployment.settings["overshoot"].origin == "workbench"

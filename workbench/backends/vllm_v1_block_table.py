@@ -1,0 +1,272 @@
+"""vLLM v1: the worker's block table against the blocks the KV cache manager gives a request in a
+decode step that verifies draft tokens (docs/engine-facts.md#vllm-v1-block-table).
+
+The table is ``(max_num_reqs, W)`` int32, ``W = cdiv(max_model_len, block_size)`` aligned as the
+release aligns it (the alignment the indexer backend learned for the same table). Each step the
+scheduler gives a running request ``n = 1 + d`` new tokens (the sampled one and its ``d`` drafts),
+the KV cache manager's ``allocate_slots`` gives it the blocks those tokens (and the lookahead slots)
+need, the model runner appends the new blocks to the request's row, and the step's slot mapping
+reads the row at ``position // block_size`` for each position ``c .. c + n - 1`` (``c``: the
+committed tokens).
+
+What each release does near ``max_model_len``, from its own code (``workbench engines learn``,
+section ``kv``):
+
+* ``slots`` (measured, by running ``allocate_slots`` on a CPU): ``capped`` (0.9.0.1 on): the
+  slots, lookahead included, are ``min(c + n + lookahead, max_model_len)``, so a request never
+  holds more than ``cdiv(max_model_len, block_size)`` blocks; ``preallocated`` (0.8.x): the
+  manager gives ``preallocate_tokens`` worth of extra blocks but never more than
+  ``cdiv(max_model_len, block_size)``, and asserts that a step needing a new block gets one:
+  ``assert num_new_blocks > 0`` fails once the request's row is full.
+* ``scheduler_cap`` (read: the scheduler needs a whole engine's outputs to step): the line of
+  ``Scheduler.schedule`` that caps ``n`` by ``max_model_len``. The forms read
+  (``max_model_len - c``, ``max_model_len - 1 - c``, ``max_model_len - c - sampled``) all keep
+  ``c + n <= max_model_len``; the model uses that, the loosest of them, so a state it calls safe
+  is safe under each. 0.8.2's scheduler has no such line: ``n = 1 + d`` at any length.
+
+Worked example (0.8.2, n-gram with 3 drafts, ``max_model_len`` 4096, block size 16): rows of 256
+blocks. A request that has committed 4093 tokens and drafted 3 asks for ``cdiv(4093 + 4, 16) = 257``
+blocks; its row already holds 256 (the preallocation filled it), so ``allocate_slots`` asserts and
+the engine core dies. At 4092 it needs 256 and the step runs. From 0.9.0.1 the scheduler gives
+``min(4, 4096 - 4093) = 3`` tokens and the manager caps the slots at 4096: 256 blocks, no failure
+at any length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from workbench.backends.case_backend import (
+    BackendCase,
+    BoolArray,
+    CaseBackend,
+    CaseSeed,
+    IntArray,
+    choice_field,
+    int_field,
+    int_list_field,
+    reject_unknown,
+)
+from workbench.backends.vllm_indexer_block_table import ALIGNMENTS
+from workbench.engines import vllm_releases
+from workbench.model.geometry import cdiv
+from workbench.model.outcome import Outcome, ProbeResult, invalid
+
+NAME = "vllm-v1-block-table"
+SECTION = "kv"  # the learned section these facts live in (its own learner: ``learn_vllm.learn_kv``)
+SLOTS = ("capped", "preallocated")
+ASSERT_ERROR = "AssertionError: "  # allocate_slots' ``assert num_new_blocks > 0`` carries no message
+MAX_MODEL_LEN = 1 << 24
+
+
+@dataclass(frozen=True)
+class KvRelease:
+    """What one release's KV cache manager and scheduler do near ``max_model_len``."""
+
+    slots: str  # a key of SLOTS
+    preallocate_tokens: int  # extra tokens' worth of blocks a ``preallocated`` manager gives
+    scheduler_caps: bool  # the scheduler keeps c + n <= max_model_len
+    table_alignment: str  # a key of ALIGNMENTS
+
+
+def releases() -> dict[str, KvRelease]:
+    """Every learned vLLM release whose ``kv`` section measured the slots policy, oldest first."""
+    found: dict[str, KvRelease] = {}
+    tables = vllm_releases.learned_facts("vllm-indexer-block-table")
+    for engine, facts in vllm_releases.learned_facts(NAME, section_name=SECTION).items():
+        alignment = (tables.get(engine, {}).get("table_alignment") or {}).get("value")
+        if facts.get("slots", {}).get("value") not in SLOTS or alignment not in ALIGNMENTS:
+            continue
+        found[engine] = KvRelease(
+            slots=str(facts["slots"]["value"]), preallocate_tokens=int(facts["preallocate_tokens"]["value"] or 0),
+            scheduler_caps=facts["scheduler_cap"]["value"] is not None, table_alignment=str(alignment))
+    return found
+
+
+def bracketing_release(engine: str) -> str | None:
+    """The measured release whose facts a launch of ``engine`` takes: its own; else, for a release
+    between two measured ones whose facts are equal, the older of them (the rows name it); else
+    None (its KV cache manager was never run: ``workbench engines learn vllm==X`` runs it)."""
+    from workbench.engines.releases import split, version_key
+
+    found = releases()
+    if engine in found:
+        return engine
+    wanted = version_key(split(engine)[1])
+    before = [e for e in found if version_key(split(e)[1]) < wanted]
+    after = [e for e in found if version_key(split(e)[1]) > wanted]
+    if before and after and found[before[-1]] == found[after[0]]:
+        return before[-1]
+    return None
+
+
+def held_after(slots: str, preallocate_tokens: int, max_model_len: int, block_size: int, held: int,
+               tokens: int) -> int | str:
+    """The blocks a request holds after ``allocate_slots`` asks for ``tokens`` slots (computed,
+    new and lookahead), holding ``held`` before; ``ASSERT_ERROR`` where the manager asserts."""
+    cap = cdiv(max_model_len, block_size)
+    if slots == "capped":
+        return max(held, cdiv(min(tokens, max_model_len), block_size))
+    needed = cdiv(tokens, block_size) - held
+    if needed <= 0:
+        return held
+    given = min(needed + cdiv(preallocate_tokens, block_size), cap - held)
+    return ASSERT_ERROR if given <= 0 else held + given
+
+
+def allocation(slots: str, preallocate_tokens: int, max_model_len: int, block_size: int, computed: int,
+               new_tokens: int, lookahead: int) -> dict[str, Any]:
+    """What ``allocate_slots`` answers for a request: its prefill of ``computed`` tokens (when any),
+    then a step of ``new_tokens`` with ``lookahead`` slots (a ``preallocated`` manager takes none):
+    ``{"held": blocks}`` or ``{"error": ...}``, as ``vllm_buffers.kv_slots`` reports the engine's."""
+    held: int | str = 0
+    if computed:
+        held = held_after(slots, preallocate_tokens, max_model_len, block_size, 0, computed)
+    if isinstance(held, int):
+        extra = lookahead if slots == "capped" else 0
+        held = held_after(slots, preallocate_tokens, max_model_len, block_size, held, computed + new_tokens + extra)
+    return {"error": held} if isinstance(held, str) else {"held": held}
+
+
+@dataclass(frozen=True, kw_only=True)
+class V1StepCase(BackendCase):
+    """One decode step of one request that verifies ``drafts`` draft tokens."""
+
+    engine: str  # "vllm==0.8.2"
+    max_model_len: int
+    block_size: int
+    drafts: int  # d: tokens the drafter proposed for this step
+    lookahead: int = 0  # slots the scheduler reserves past the step (the drafter's next writes)
+    seq_lens: tuple[int, ...]  # the request's tokens entering the step, the sampled one included (c + 1)
+
+    @property
+    def release(self) -> KvRelease:
+        return releases()[self.engine]
+
+    @property
+    def width(self) -> int:
+        return ALIGNMENTS[self.release.table_alignment](cdiv(self.max_model_len, self.block_size), self.block_size)
+
+    def scheduled(self, committed: int) -> int:
+        """New tokens the scheduler gives the step: the sampled one and the drafts, capped."""
+        n = 1 + self.drafts
+        return min(n, self.max_model_len - committed) if self.release.scheduler_caps else n
+
+
+SEED_V082_NGRAM = CaseSeed(
+    name="vllm-0.8.2-ngram-full-row",
+    story="vLLM 0.8.2 (V1), n-gram with 3 drafts, block size 16, max_model_len 4096: the 257th block asserts",
+    failing={"component": NAME, "engine": "vllm==0.8.2", "max_model_len": 4096, "block_size": 16, "drafts": 3,
+             "seq_lens": [4094]},
+    expected_error="AssertionError in KVCacheManager.allocate_slots: the step needs 257 blocks, the row holds 256",
+    passing=(
+        {"component": NAME, "engine": "vllm==0.8.2", "max_model_len": 4096, "block_size": 16, "drafts": 3,
+         "seq_lens": [4093]},
+        {"component": NAME, "engine": "vllm==0.9.0.1", "max_model_len": 4096, "block_size": 16, "drafts": 3,
+         "lookahead": 3, "seq_lens": [4094]},
+    ),
+)
+
+
+class V1BlockTableBackend(CaseBackend[V1StepCase]):
+    name = NAME
+    engine = "vllm"
+    device_family = "cuda"
+    buffer_name = "block_table"
+    fields = frozenset({"component", "engine", "max_model_len", "block_size", "drafts", "lookahead", "seq_lens"})
+    scan_field = "seq_lens"
+    scan_label = "seq_len"  # the search runs one request
+    boundary_rejects = ("seq_lens",)
+    launch_names = ("v1-block-table",)  # every V1 launch on a CUDA GPU (preflight's resolve_vllm)
+    seeds = (SEED_V082_NGRAM,)
+
+    def launch_case(self, engine: str, max_model_len: int, block_size: int,
+                    extra: Mapping[str, object]) -> V1StepCase | None:
+        """One request verifying the launch's drafts, its length searched; None where the release's
+        KV manager was never measured, or a DCP split the model does not cover."""
+        release = bracketing_release(engine)
+        if release is None or int(str(extra.get("dcp_size") or 1)) != 1:
+            return None
+        return self.parse({"component": self.name, "engine": release, "max_model_len": max_model_len,
+                           "block_size": block_size, "drafts": int(str(extra.get("num_speculative_tokens") or 0)),
+                           "lookahead": int(str(extra.get("lookahead") or 0))}, boundary=True)
+
+    def release_cases(self) -> tuple[dict[str, object], ...]:
+        return tuple({**SEED_V082_NGRAM.failing, "engine": engine} for engine in releases())
+
+    def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V1StepCase:
+        reject_unknown(data, self.fields)
+        length = int_field(data, "max_model_len")
+        if length > MAX_MODEL_LEN:
+            raise ValueError(f"max_model_len: {length} is out of range (allowed: 1 to {MAX_MODEL_LEN})")
+        return V1StepCase(
+            component=str(data["component"]), engine=choice_field(data, "engine", tuple(releases())),
+            max_model_len=length, block_size=int_field(data, "block_size"), drafts=int_field(data, "drafts", 0, low=0),
+            lookahead=int_field(data, "lookahead", 0, low=0),
+            seq_lens=(1,) if boundary else int_list_field(data, "seq_lens"),  # a boundary sets its own
+        )
+
+    def case_problem(self, case: V1StepCase) -> str | None:
+        for s in case.seq_lens:
+            if not 1 <= s < case.max_model_len:  # a request of max_model_len tokens has stopped
+                return f"seq_lens: {s} is out of range (allowed: 1 to max_model_len - 1 = {case.max_model_len - 1})"
+        return None
+
+    def probe(self, case: V1StepCase, device: torch.device | str = "cpu") -> ProbeResult:
+        problem = self.case_problem(case)
+        if problem:
+            return invalid(problem)
+        release, width, bs = case.release, case.width, case.block_size
+        table = torch.zeros((len(case.seq_lens), width), dtype=torch.int32, device=device)  # the worker's table
+        done = ProbeResult(Outcome.OK, None, buffer_width=width, reads=max(case.seq_lens) + case.drafts,
+                           device=str(torch.device(device)))
+        for row, seq_len in enumerate(case.seq_lens):
+            committed = seq_len - 1
+            n = case.scheduled(committed)
+            got = allocation(release.slots, release.preallocate_tokens, case.max_model_len, bs, committed, n,
+                             case.lookahead)
+            if "error" in got:
+                needed = cdiv(committed + n, bs)
+                return ProbeResult(Outcome.HOST_ASSERT, f"AssertionError in KVCacheManager.allocate_slots: the step "
+                                   f"needs {needed} blocks, the row holds {cdiv(case.max_model_len, bs)}",
+                                   buffer_width=width, table_width=needed, reads=committed + n, device=done.device)
+            held = int(got["held"])
+            ids = torch.arange(1, held + 1, dtype=torch.int32, device=device)
+            try:  # the runner appends the request's blocks to its row
+                table[row, :held].copy_(ids)
+            except RuntimeError as error:
+                return ProbeResult(Outcome.SHAPE_ERROR, str(error), buffer_width=width, table_width=held,
+                                   reads=committed + n, device=done.device)
+            last = (committed + n - 1) // bs  # the slot mapping's block index of the step's last position
+            if last >= width:
+                return ProbeResult(Outcome.SILENT_OVERREAD, f"silent over-read: position {committed + n - 1} reads "
+                                   f"block {last + 1} of a row of {width}", buffer_width=width, table_width=held,
+                                   reads=committed + n, device=done.device)
+        return done
+
+    def at(self, case: V1StepCase, value: int) -> V1StepCase:
+        return V1StepCase(component=case.component, engine=case.engine, max_model_len=case.max_model_len,
+                          block_size=case.block_size, drafts=case.drafts, lookahead=case.lookahead, seq_lens=(value,))
+
+    def scan_range(self, case: V1StepCase) -> tuple[int, int]:
+        """Every length a running request can have (one of ``max_model_len`` tokens has stopped)."""
+        return 1, case.max_model_len - 1
+
+    def fails_grid(self, case: V1StepCase, values: IntArray) -> BoolArray:
+        """Closed form: a capped scheduler never fails (its positions stay below ``max_model_len``,
+        which the row covers). Without the cap the step's last position ``seq_len + d - 1`` needs a
+        block past ``cdiv(max_model_len, block_size)``: a preallocating manager asserts (its row is
+        full by then) and a capped one leaves the position past the row."""
+        release = case.release
+        if release.scheduler_caps:
+            return np.zeros(len(values), dtype=bool)
+        cap = min(cdiv(case.max_model_len, case.block_size), case.width)
+        return np.asarray(values + case.drafts > cap * case.block_size, dtype=bool)
+
+
+BACKEND = V1BlockTableBackend()
