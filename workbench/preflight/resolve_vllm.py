@@ -15,20 +15,22 @@ more than one step its draft steps' table (``"draft-steps"``: on an Ascend NPU, 
 vllm-ascend plugin's platform resolved the command, ``platform_plugin``, its drafter replays them
 through the graph). The vLLM backends declare those names for their device family; the registry
 picks them (``workbench.preflight.vllm_backends``).
-The v1 block table itself leaves no room for drafts but is never read past its row (the scheduler
-and the drafter clamp, docs/engine-facts.md#vllm-limits-near-max-model-len), so a deployment with
-neither sets up no table the workbench models.
+Every V1 launch on a CUDA GPU sets up the worker's block table (``"v1-block-table"``): its row
+against the blocks the release's KV cache manager gives a request verifying its drafts near
+``max_model_len`` (docs/engine-facts.md#vllm-v1-block-table).
 """
 
 from __future__ import annotations
 
 from workbench.analysis.reach import reach_rule
+from workbench.engines import vllm_releases
 from workbench.engines.launch_adapters import ENGINE, WORKBENCH, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 
 DSA_INDEXER = "dsa-indexer"  # the sparse indexer's expanded block table, DSA models only
 V0_GRAPHS = "v0-graph-block-tables"  # the V0 model runner's captured block table
+V1_TABLE = "v1-block-table"  # the V1 worker's block table, filled from the KV cache manager
 DRAFT_STEPS = "draft-steps"  # a drafter that runs more than one step on the platform's graph
 MODEL_FREE_METHODS = ("ngram", "suffix")  # drafters that match text and run no model: no step reads the KV table
 # The parser destinations whose values the settings below are resolved from: a flag writing one
@@ -84,6 +86,15 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
             s.take(flag.dest)
     rule = reach_rule(context.version)
     source = rule.sources.get("overshoot", "")
+    v1 = v0_backend is None and plugin is None
+    own = vllm_releases.scheduler_cap(context.choice.release) if v1 else None
+    if own is not None and own["value"]:  # the release's own line, where its kv section read it
+        source = f"{own['source']} ({context.choice.release})"
+    elif own is not None:  # no line to cite: the committed lengths the rows take are the workbench's
+        source = ""
+        s.notes.append(f"{context.choice.release}'s Scheduler.schedule caps no running request's new tokens by "
+                       f"max_model_len ({own.get('searched', '')}): a step's drafts reach past it; the "
+                       "vllm-v1-block-table row models that step")
     if context.overshoot is not None and context.overshoot != rule.overshoot:
         s.notes.append(f"--overshoot {context.overshoot} ignored: {context.choice.release} schedules no position past "
                        f"max_model_len - 1 ({source})")
@@ -97,6 +108,8 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
         s.add("dsa", True, ENGINE, f"the model's config ({model.architecture}: index_topk set), as the release loaded it")
     if v0_backend is not None:
         names += (V0_GRAPHS,)
+    elif v1:  # a platform plugin's model runner keeps its own tables
+        names += (V1_TABLE,)
     if k > 1 and plugin is not None and method not in MODEL_FREE_METHODS:  # the plugin's drafter steps through its graph
         names += (DRAFT_STEPS,)
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)
