@@ -16,8 +16,7 @@ Each buffer is found by what the release defines, never by its version number (`
   (``create_engine_config`` on a small DSA model), its width read off the tensor it allocated;
   and its ``_prepare_decode_tensors`` on a decode batch (the variable-length path);
 * V0's ``graph_block_tables`` width (``get_max_block_per_batch``) and each attention backend's
-  metadata builder writing a decode batch's block lists into it (``build``).
-
+  metadata builder writing a decode batch's block lists into it (``build``);
 * the v1 KV cache manager's ``allocate_slots``: the blocks it gives one request for a decode
   step (the sampled token, the draft tokens, the lookahead slots), or the error it raises; and the
   line of the scheduler's ``schedule`` that caps a running request's new tokens by
@@ -36,6 +35,8 @@ import inspect
 import types
 from collections.abc import Iterator
 from typing import Any
+
+from workbench.model.geometry import cdiv
 
 BLOCK_TABLE = "vllm.v1.worker.block_table"
 RUNNER_TABLE = "vllm.v1.worker.gpu.block_table"  # the second model runner's (the only one from 0.34.0)
@@ -442,7 +443,8 @@ def kv_slots(max_model_len: int, block_size: int, computed: int, new_tokens: int
     token and the drafts) with ``lookahead`` slots where the release takes them. Answers
     ``{"held": blocks}`` or ``{"error": the exception's type and text}``; prefix caching off."""
     cls = importlib.import_module(KV_MANAGER).KVCacheManager
-    num_blocks = cdiv_int(max_model_len, block_size) + cdiv_int(max_model_len + 256, block_size) + 8
+    # a pool that never runs dry: every block of a row, twice, and what a 0.8.x manager preallocates
+    num_blocks = 2 * cdiv(max_model_len + 256, block_size) + 8
     parameters = inspect.signature(cls).parameters
     if "kv_cache_config" in parameters:
         known: dict[str, Any] = {"kv_cache_config": _kv_cache_config(block_size, num_blocks),
@@ -469,7 +471,3 @@ def kv_slots(max_model_len: int, block_size: int, computed: int, new_tokens: int
         return {"held": len(manager.req_to_blocks[request.request_id])}
     first = blocks[0] if blocks and isinstance(blocks[0], (list, tuple)) else blocks
     return {"held": len(first)}
-
-
-def cdiv_int(a: int, b: int) -> int:
-    return -(a // -b)
