@@ -172,3 +172,13 @@ def test_v1_ngram_under_082_fails_where_the_drafts_pass_the_row() -> None:
     assert result.status == FAILS
     assert any("caps no running request's new tokens" in note for note in result.deployment.notes)
     assert result.deployment.settings["overshoot"].origin == "workbench"
+
+
+def test_a_launch_without_a_case_says_why() -> None:
+    extra = {"num_speculative_tokens": 3, "lookahead": 3}
+    assert v1.BACKEND.launch_case("vllm==0.8.3", 4096, 16, extra) is None
+    assert v1.BACKEND.launch_gap("vllm==0.8.3", extra) == (
+        "vllm==0.8.3's KV cache manager was never run (workbench engines learn vllm==0.8.3), and the measured "
+        "releases on either side of it differ or are missing")
+    assert v1.BACKEND.launch_case(NEW, 4096, 16, {**extra, "dcp_size": 2}) is None
+    assert v1.BACKEND.launch_gap(NEW, {**extra, "dcp_size": 2}) == "a decode context-parallel split (dcp 2) is not modelled"

@@ -107,6 +107,10 @@ class CaseBackend(ABC, Generic[C]):
         backend cannot say (the preflight's row). ``extra``: the launch's engine-specific values."""
         return None
 
+    def launch_gap(self, engine: str, extra: Mapping[str, object]) -> str:
+        """Why ``launch_case`` gave no case for a launch of ``engine`` (the verdict says it)."""
+        return f"no data of {engine} for this launch"
+
     def release_cases(self) -> tuple[dict[str, object], ...]:
         """The first seed's failing deployment under every release the backend has data for (the
         atlas's rows, release by release: where the bug appears and where its fix lands)."""

@@ -196,6 +196,13 @@ class V1BlockTableBackend(CaseBackend[V1StepCase]):
                            "block_size": block_size, "drafts": int(str(extra.get("num_speculative_tokens") or 0)),
                            "lookahead": int(str(extra.get("lookahead") or 0))}, boundary=True)
 
+    def launch_gap(self, engine: str, extra: Mapping[str, object]) -> str:
+        dcp = int(str(extra.get("dcp_size") or 1))
+        if dcp != 1:
+            return f"a decode context-parallel split (dcp {dcp}) is not modelled"
+        return (f"{engine}'s KV cache manager was never run (workbench engines learn {engine}), and the measured "
+                "releases on either side of it differ or are missing")
+
     def release_cases(self) -> tuple[dict[str, object], ...]:
         return tuple({**SEED_V082_NGRAM.failing, "engine": engine} for engine in releases())
 

@@ -34,7 +34,16 @@ from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu,
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
-from workbench.preflight.rows import Row, allocator_rows, case_rows, pooled_rows, reservation_rows, table_rows, unmodelled
+from workbench.preflight.rows import (
+    Row,
+    allocator_rows,
+    case_rows,
+    declined,
+    pooled_rows,
+    reservation_rows,
+    table_rows,
+    unmodelled,
+)
 
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
@@ -153,7 +162,8 @@ def _deployment(command: LaunchCommand, choice: release_choice.Choice, resolutio
     return made
 
 
-def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]) -> tuple[int, str]:
+def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str],
+             gaps: Sequence[str] = ()) -> tuple[int, str]:
     failing = [r for r in rows if r.reachable]
     if failing:
         first = failing[0]
@@ -170,6 +180,8 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.choice.asked} sets up for "
                            f"{', '.join(missing)}{shown}")
     if not any(r.kind in ("table", "pooled") for r in rows):
+        if gaps:  # a buffer it sets up whose backend has no case for it
+            return UNDECIDED, f"UNDECIDED: no row could be built: {'; '.join(gaps)}"
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
     margins = [(r.margin, r) for r in rows if r.margin is not None]
     if margins:
@@ -210,7 +222,7 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
     rows += reservation_rows(deployment, device)
     rows += allocator_rows(deployment, device)
     missing = unmodelled(deployment) if deployment.graphs else []
-    status, verdict = _verdict(deployment, rows, missing)
+    status, verdict = _verdict(deployment, rows, missing, declined(deployment) if deployment.graphs else ())
     return rows, notes, status, verdict
 
 

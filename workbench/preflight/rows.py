@@ -354,6 +354,14 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def declined(deployment: Deployment) -> list[str]:
+    """The case backends the deployment sets up that could build no case for it, each with why."""
+    g = deployment.geometry
+    return [f"{b.name}: {b.launch_gap(deployment.version.engine, deployment.extra)}"
+            for b in _launched_case_backends(deployment)
+            if b.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra) is None]
+
+
 def unmodelled(deployment: Deployment) -> list[str]:
     """What the deployment sets up that no registered backend models."""
     launched = backends.launched_backends(deployment.version.family, deployment.launch_names, deployment.device_family)
