@@ -182,3 +182,15 @@ def test_a_launch_without_a_case_says_why() -> None:
         "releases on either side of it differ or are missing")
     assert v1.BACKEND.launch_case(NEW, 4096, 16, {**extra, "dcp_size": 2}) is None
     assert v1.BACKEND.launch_gap(NEW, {**extra, "dcp_size": 2}) == "a decode context-parallel split (dcp 2) is not modelled"
+
+
+@pytest.mark.engine
+@pytest.mark.usefixtures("hf_cache")
+def test_a_v1_command_naming_its_attention_backend_is_not_read_as_v0() -> None:
+    """vLLM's V1 parser has --attention-backend; V0's backend is what the adapter derives for V0
+    alone (``v0_attention_backend``): the flag must not make the launch a V0 one."""
+    from workbench.preflight import resolve
+
+    d = resolve("vllm serve facebook/opt-125m --attention-backend FLASH_ATTN", engine=NEW, progress=None)
+    assert d is not None and d.launch_names == ("v1-block-table",)
+    assert d.settings["attention_backend"].value == "FLASH_ATTN" and d.settings["attention_backend"].origin == "given"

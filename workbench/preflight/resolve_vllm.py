@@ -45,7 +45,7 @@ READS = MODELLED_FLAGS | {
     "model_config.max_model_len", "cache_config.block_size", "speculative_config.method",
     "speculative_config.num_speculative_tokens", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
     "parallel_config.decode_context_parallel_size", "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
-    "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "attention_backend", "platform_plugin",
+    "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "v0_attention_backend", "platform_plugin",
 }
 
 
@@ -79,7 +79,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     dcp = int(str(_first(s, "parallel_config.decode_context_parallel_size") or 1))
     eager = bool(_first(s, "model_config.enforce_eager"))
     capture = _first(s, "model_config.max_seq_len_to_capture")
-    v0_backend = _first(s, "attention_backend")
+    v0_backend = _first(s, "v0_attention_backend")  # not the V1 parser's --attention-backend
     plugin = _first(s, "platform_plugin")  # vllm-ascend==X on an NPU: its platform resolved the command
     for flag in resolution.flags:  # what the command gave for them, beside what the engine made of it
         if flag.dest in MODELLED_FLAGS and flag.dest not in s.items:

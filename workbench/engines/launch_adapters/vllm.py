@@ -578,7 +578,7 @@ def _derived(config: Any, package_dir: Path) -> dict[str, Setting]:
             out["num_lookahead_tokens"] = found
     v0 = _v0_backend(config)
     if v0 is not None:
-        out["attention_backend"] = v0
+        out["v0_attention_backend"] = v0
     return out
 
 
