@@ -181,7 +181,8 @@ def test_a_launch_without_a_case_says_why() -> None:
         "vllm==0.8.3's KV cache manager was never run (workbench engines learn vllm==0.8.3), and the measured "
         "releases on either side of it differ or are missing")
     assert v1.BACKEND.launch_case(NEW, 4096, 16, {**extra, "dcp_size": 2}) is None
-    assert v1.BACKEND.launch_gap(NEW, {**extra, "dcp_size": 2}) == "a decode context-parallel split (dcp 2) is not modelled"
+    assert v1.BACKEND.launch_gap(NEW, {**extra, "dcp_size": 2}) == "a context-parallel split (dcp 2, pcp 1) is not modelled"
+    assert v1.BACKEND.launch_case(NEW, 4096, 16, {**extra, "pcp_size": 4}) is None
 
 
 @pytest.mark.engine

@@ -88,6 +88,12 @@ def releases() -> dict[str, KvRelease]:
     return found
 
 
+def _context_parallel(extra: Mapping[str, object]) -> tuple[int, int]:
+    """The launch's decode and prefill context-parallel sizes: each splits a request's blocks
+    across ranks, which this model does not."""
+    return int(str(extra.get("dcp_size") or 1)), int(str(extra.get("pcp_size") or 1))
+
+
 def bracketing_release(engine: str) -> str | None:
     """The measured release whose facts a launch of ``engine`` takes: its own; else, for a release
     between two measured ones whose facts are equal, the older of them (the rows name it); else
@@ -190,16 +196,16 @@ class V1BlockTableBackend(CaseBackend[V1StepCase]):
         """One request verifying the launch's drafts, its length searched; None where the release's
         KV manager was never measured, or a DCP split the model does not cover."""
         release = bracketing_release(engine)
-        if release is None or int(str(extra.get("dcp_size") or 1)) != 1:
+        if release is None or _context_parallel(extra) != (1, 1):
             return None
         return self.parse({"component": self.name, "engine": release, "max_model_len": max_model_len,
                            "block_size": block_size, "drafts": int(str(extra.get("num_speculative_tokens") or 0)),
                            "lookahead": int(str(extra.get("lookahead") or 0))}, boundary=True)
 
     def launch_gap(self, engine: str, extra: Mapping[str, object]) -> str:
-        dcp = int(str(extra.get("dcp_size") or 1))
-        if dcp != 1:
-            return f"a decode context-parallel split (dcp {dcp}) is not modelled"
+        dcp, pcp = _context_parallel(extra)
+        if (dcp, pcp) != (1, 1):
+            return f"a context-parallel split (dcp {dcp}, pcp {pcp}) is not modelled"
         return (f"{engine}'s KV cache manager was never run (workbench engines learn {engine}), and the measured "
                 "releases on either side of it differ or are missing")
 

@@ -38,13 +38,14 @@ MODEL_FREE_METHODS = ("ngram", "suffix")  # drafters that match text and run no 
 MODELLED_FLAGS = {
     "model", "model_tag", "max_model_len", "block_size", "speculative_config", "num_speculative_tokens",
     "speculative_model", "max_num_seqs", "max_num_batched_tokens", "decode_context_parallel_size",
-    "enforce_eager", "max_seq_len_to_capture", "num_scheduler_steps",
+    "prefill_context_parallel_size", "enforce_eager", "max_seq_len_to_capture", "num_scheduler_steps",
 }
 # The engine's settings the deployment is built from.
 READS = MODELLED_FLAGS | {
     "model_config.max_model_len", "cache_config.block_size", "speculative_config.method",
     "speculative_config.num_speculative_tokens", "scheduler_config.max_num_seqs", "scheduler_config.max_num_batched_tokens",
-    "parallel_config.decode_context_parallel_size", "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
+    "parallel_config.decode_context_parallel_size", "parallel_config.prefill_context_parallel_size",
+    "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
     "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "v0_attention_backend", "platform_plugin",
 }
 
@@ -77,6 +78,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     max_num_seqs = int(str(s.take("scheduler_config.max_num_seqs")))
     batched = _first(s, "scheduler_config.max_num_batched_tokens")
     dcp = int(str(_first(s, "parallel_config.decode_context_parallel_size") or 1))
+    pcp = int(str(_first(s, "parallel_config.prefill_context_parallel_size") or 1))
     eager = bool(_first(s, "model_config.enforce_eager"))
     capture = _first(s, "model_config.max_seq_len_to_capture")
     v0_backend = _first(s, "v0_attention_backend")  # not the V1 parser's --attention-backend
@@ -113,7 +115,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     if k > 1 and plugin is not None and method not in MODEL_FREE_METHODS:  # the plugin's drafter steps through its graph
         names += (DRAFT_STEPS,)
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)
-    extra = {"method": method, "lookahead": lookahead, "dcp_size": dcp, "max_num_batched_tokens": batched,
+    extra = {"method": method, "lookahead": lookahead, "dcp_size": dcp, "pcp_size": pcp, "max_num_batched_tokens": batched,
              "max_seq_len_to_capture": capture, "attention_backend": v0_backend, "num_speculative_tokens": k,
              "platform_plugin": plugin}
     family = "ascend-npu" if context.gpu.platform == "npu" else "cuda"
