@@ -85,6 +85,9 @@ def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None
     assert not learned.validate(data)
     kv = data["sections"]["kv"]
     facts = kv["backends"][v1.NAME]
+    if facts["slots"]["how"] == "absent":  # a V0-only release: nothing to run, nothing recorded
+        assert facts["slots"]["value"] is None and kv["conformance"] == []
+        return
     assert facts["slots"]["how"] == "measured" and facts["slots"]["value"] in v1.SLOTS
     assert facts["scheduler_cap"]["how"] in ("read", "absent")
     if facts["scheduler_cap"]["how"] == "read":  # the statement read names the length it caps by
@@ -195,3 +198,42 @@ def test_a_v1_command_naming_its_attention_backend_is_not_read_as_v0() -> None:
     d = resolve("vllm serve facebook/opt-125m --attention-backend FLASH_ATTN", engine=NEW, progress=None)
     assert d is not None and d.launch_names == ("v1-block-table",)
     assert d.settings["attention_backend"].value == "FLASH_ATTN" and d.settings["attention_backend"].origin == "given"
+
+
+SCHEDULERS = {
+    # 0.23.0's form, the statement wrapped over three lines
+    "direct": ("        num_new_tokens = min(num_new_tokens, token_budget)\n"
+               "        num_new_tokens = min(\n            num_new_tokens,\n"
+               "            self.max_model_len - 1 - request.num_computed_tokens\n        )\n",
+               "num_new_tokens = min( num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens )", "5-8"),
+    # 0.11.1's form: through a variable bounded by max_model_len
+    "through": ("        max_total = min(request.num_prompt_tokens + request.max_tokens, self.max_model_len)\n"
+                "        num_new_tokens = min(num_new_tokens, max_total - 1 - request.num_computed_tokens)\n",
+                "max_total = min(request.num_prompt_tokens + request.max_tokens, self.max_model_len); "
+                "num_new_tokens = min(num_new_tokens, max_total - 1 - request.num_computed_tokens)", "4-5"),
+    # 0.8.2's: only the token budget
+    "none": ("        num_new_tokens = min(num_new_tokens, token_budget)\n", None, None),
+}
+
+
+@pytest.mark.parametrize("form", list(SCHEDULERS))
+def test_the_scheduler_cap_is_found_as_written(form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from workbench.engines import vllm_buffers
+
+    body, statement, lines = SCHEDULERS[form]
+    source = tmp_path / "vllm" / "v1" / "core" / "sched" / "scheduler.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("class Scheduler:\n    def schedule(self):\n        num_new_tokens = 4\n" + body)
+    spec = importlib.util.spec_from_file_location("fake_scheduler", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(vllm_buffers, "_module", lambda name: module if name == vllm_buffers.SCHEDULER else None)
+    found = vllm_buffers.scheduler_cap()
+    assert found["found"] == statement
+    if lines:
+        assert found["source"] == f"vllm/v1/core/sched/scheduler.py:{lines}"
+    else:
+        assert "no num_new_tokens = min(...) bounded by max_model_len" in found["searched"]
