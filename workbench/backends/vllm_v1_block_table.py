@@ -88,6 +88,15 @@ def releases() -> dict[str, KvRelease]:
     return found
 
 
+def scheduler_cap(engine: str) -> dict[str, Any] | None:
+    """The line of ``engine``'s ``Scheduler.schedule`` capping a running request's new tokens by
+    ``max_model_len``, as its ``kv`` section read it (a fact whose value is None where the
+    release has no such line); None where the section was never learned."""
+    facts = vllm_releases.learned_facts(NAME, section_name=SECTION).get(engine)
+    cap = facts.get("scheduler_cap") if facts else None
+    return cap if isinstance(cap, dict) else None
+
+
 def _context_parallel(extra: Mapping[str, object]) -> tuple[int, int]:
     """The launch's decode and prefill context-parallel sizes: each splits a request's blocks
     across ranks, which this model does not."""

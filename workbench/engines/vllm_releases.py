@@ -99,13 +99,3 @@ def data_release(engine: str, measured: list[str]) -> str | None:
     if learned.path(engine) is not None:
         return None
     return releases.nearest(measured, engine)
-
-
-def scheduler_cap(engine: str) -> dict[str, Any] | None:
-    """The line of ``engine``'s ``Scheduler.schedule`` capping a running request's new tokens by
-    ``max_model_len``, as its ``kv`` section read it (a fact whose value is None where the
-    release has no such line); None where the section was never learned."""
-    facts = learned_facts("vllm-v1-block-table", section_name="kv").get(engine)
-    cap = facts.get("scheduler_cap") if facts else None
-    return cap if isinstance(cap, dict) else None
-

@@ -23,7 +23,7 @@ against the blocks the release's KV cache manager gives a request verifying its 
 from __future__ import annotations
 
 from workbench.analysis.reach import reach_rule
-from workbench.engines import vllm_releases
+from workbench.backends.vllm_v1_block_table import scheduler_cap
 from workbench.engines.launch_adapters import ENGINE, WORKBENCH, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
@@ -89,17 +89,19 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     rule = reach_rule(context.version)
     source = rule.sources.get("overshoot", "")
     v1 = v0_backend is None and plugin is None
-    own = vllm_releases.scheduler_cap(context.choice.release) if v1 else None
+    own = scheduler_cap(context.choice.release) if v1 else None
+    uncapped = own is not None and not own["value"]
     if own is not None and own["value"]:  # the release's own line, where its kv section read it
         source = f"{own['source']} ({context.choice.release})"
-    elif own is not None:  # no line to cite: the committed lengths the rows take are the workbench's
+    elif uncapped:  # no line to cite: the committed lengths the rows take are the workbench's
         source = ""
         s.notes.append(f"{context.choice.release}'s Scheduler.schedule caps no running request's new tokens by "
-                       f"max_model_len ({own.get('searched', '')}): a step's drafts reach past it; the "
+                       f"max_model_len ({own.get('searched', '') if own else ''}): a step's drafts reach past it; the "
                        "vllm-v1-block-table row models that step")
     if context.overshoot is not None and context.overshoot != rule.overshoot:
-        s.notes.append(f"--overshoot {context.overshoot} ignored: {context.choice.release} schedules no position past "
-                       f"max_model_len - 1 ({source})")
+        why = "the vllm-v1-block-table row models its steps" if uncapped else \
+            f"it schedules no position past max_model_len - 1 ({source})"
+        s.notes.append(f"--overshoot {context.overshoot} ignored: {context.choice.release}: {why}")
     s.add("overshoot", rule.overshoot, "read" if source else WORKBENCH, source or "the workbench's reach rule")
     geometry = check_geometry(context_len=max_model_len, page_size=block_size, draft_tokens=k, spec_steps=max(k, 1),
                               spec_topk=1, max_bs=max_num_seqs, width_gen="g1")
