@@ -212,7 +212,8 @@ def reject_unknown(data: Mapping[str, object], known: frozenset[str]) -> None:
         raise ValueError(f"{unknown[0]}: unknown field (allowed: {', '.join(sorted(known))})")
 
 
-def int_field(data: Mapping[str, object], name: str, default: int | None = None, low: int = 1) -> int:
+def int_field(data: Mapping[str, object], name: str, default: int | None = None, low: int = 1,
+              high: int | None = None) -> int:
     if name not in data:
         if default is None:
             raise ValueError(f"{name}: missing (required)")
@@ -222,6 +223,8 @@ def int_field(data: Mapping[str, object], name: str, default: int | None = None,
         raise ValueError(f"{name}: {value!r} is not an integer")
     if value < low:
         raise ValueError(f"{name}: {value} is out of range (allowed: {low} or more)")
+    if high is not None and value > high:
+        raise ValueError(f"{name}: {value} is out of range (allowed: {low} to {high})")
     return value
 
 

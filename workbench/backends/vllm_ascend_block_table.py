@@ -147,9 +147,7 @@ class AscendBlockTableBackend(CaseBackend[AscendDraftCase]):
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> AscendDraftCase:
         reject_unknown(data, self.fields)
-        length = int_field(data, "max_model_len")
-        if length > MAX_MODEL_LEN:
-            raise ValueError(f"max_model_len: {length} is out of range (allowed: 1 to {MAX_MODEL_LEN})")
+        length = int_field(data, "max_model_len", high=MAX_MODEL_LEN)
         return AscendDraftCase(
             component=str(data["component"]), max_model_len=length, block_size=int_field(data, "block_size"),
             dcp=int_field(data, "dcp", 1), num_speculative_tokens=int_field(data, "num_speculative_tokens", low=2),

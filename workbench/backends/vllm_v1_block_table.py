@@ -223,9 +223,7 @@ class V1BlockTableBackend(CaseBackend[V1StepCase]):
 
     def parse(self, data: Mapping[str, object], *, boundary: bool = False) -> V1StepCase:
         reject_unknown(data, self.fields)
-        length = int_field(data, "max_model_len")
-        if length > MAX_MODEL_LEN:
-            raise ValueError(f"max_model_len: {length} is out of range (allowed: 1 to {MAX_MODEL_LEN})")
+        length = int_field(data, "max_model_len", high=MAX_MODEL_LEN)
         return V1StepCase(
             component=str(data["component"]), engine=choice_field(data, "engine", tuple(releases())),
             max_model_len=length, block_size=int_field(data, "block_size"), drafts=int_field(data, "drafts", 0, low=0),
