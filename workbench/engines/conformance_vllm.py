@@ -16,7 +16,10 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
   lengths differ, against the backend's probe (the expand error, or the rows' checksum);
 * ``get_max_block_per_batch`` (V0's graph table width), against ``graph_width``;
 * each V0 attention backend's ``build`` writing a decode batch's block lists into the graph
-  table, against ``write_rows`` with the backend's learned row write.
+  table, against ``write_rows`` with the backend's learned row write;
+* ``KVCacheManager.allocate_slots`` (a request's blocks near ``max_model_len``), against the v1
+  block table backend's ``allocation`` with the release's learned policy (``learn_vllm_kv``; run by
+  ``run_version`` where the release's ``kv`` section was learned).
 
 ``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
 """
