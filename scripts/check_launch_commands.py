@@ -63,17 +63,18 @@ def main() -> int:
     for _ in range(args.repeat):
         warm += [o.seconds for o in check_all(records, tries=tries)]
     for o in outcomes:
-        refused = f"  [default: {o.refused_by_default[:100]}]" if o.refused_by_default else ""
+        refused = f"  [first asked: {o.refused_by_default[:100]}]" if o.refused_by_default else ""
         print(f"{o.status}  {o.id[:58]:<58} {o.release:<22} {o.seconds:6.2f}s  {o.verdict[:150]}{refused}")
         for one in o.launches:  # a text of several launches: each one's answer
             print(f"{'':<3}{f'launch {one.launch}':<58} {one.release:<22} {one.seconds:6.2f}s  {one.verdict[:150]}")
         for line in o.older:
-            print(f"{'':<64}older: {line[:160]}")
+            print(f"{'':<64}walk: {line[:160]}")
     counts = Counter(o.status for o in outcomes)
     answered = sum(counts[s] for s in (0, 1, 3))
     print(f"\n{len(outcomes)} commands: {answered} answered ({100 * answered / max(len(outcomes), 1):.0f}%: "
           f"{counts[0]} safe, {counts[1]} fail, {counts[3]} undecided), {counts[2]} refused (exit 2); "
-          f"{sum(1 for o in outcomes if o.refused_by_default)} answered under an older release than the default")
+          f"{sum(1 for o in outcomes if o.refused_by_default)} answered under another release than the default or the "
+          "named one, whose parser refuses them")
     missing = [o for o in outcomes if o.unmodelled_flags]
     print(f"commands with a flag missing from the resolved settings: {len(missing)}")
     print(f"first pass {first:.1f} s (engine processes started as needed); "

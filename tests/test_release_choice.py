@@ -114,6 +114,7 @@ def _oracle_parser_error(engine: str, argv: list[str]) -> str | None:
     done = subprocess.run([sys.executable, str(ORACLE)], input=json.dumps(job), capture_output=True, text=True,
                           timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     answer: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert "oracle_error" not in answer, answer  # the oracle could not load the parser: it said nothing of the words
     error = answer.get("parser_error")
     return str(error) if error else None
 
@@ -166,6 +167,35 @@ def test_an_invalid_choice_is_answered_by_the_newest_release_whose_own_parser_ac
     assert (second.launch, second.release, second.why) == (2, accepting, ACCEPTED_OLDER), second
     assert two.release == f"{first.release}, {accepting}" and two.verdict.startswith(
         f"{'UNDECIDED' if 3 in (first.status, second.status) else 'SAFE'}: 2 launches: launch 1 "), two
+
+
+@pytest.mark.engine
+def test_a_named_release_refusing_a_later_option_is_answered_by_the_oldest_newer_release_accepting_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source naming a release older than the one it ran (its command uses an option added later):
+    the newer releases are walked oldest first, and the one answering is the first whose own parser
+    (``engine_oracle.py``, no adapter) accepts the command."""
+    from workbench.preflight.batch import ACCEPTED_NEWER, check_one
+
+    argv = ["--model-path", "Qwen/Qwen3-32B", "--attn-dp-size", "1"]  # an alias SGLang added in a 0.5.2x release
+    # The newest cached release whose learned parser lacks the option, and the releases after it
+    listed = list(releases.releases("sglang"))
+    lacking = [e for e in listed if release_choice.refusal(e, argv) not in (None, release_choice.NOT_LEARNED)]
+    named = next((e for e in reversed(lacking) if wheels.cached(e) is not None), None)
+    if named is None:
+        pytest.skip("no cached SGLang release whose learned parser lacks --attn-dp-size")
+    walk = [r.engine for r in release_choice.newer_releases("sglang", argv, after=named) if r.refusal is None]
+    if not walk or wheels.cached(walk[0]) is None:
+        pytest.skip(f"not in the workbench's engine cache: {walk[:1]} (workbench engines fetch ...)")
+    assert _oracle_parser_error(named, argv) is not None  # the premise, from the engine itself
+    accepting = walk[0] if _oracle_parser_error(walk[0], argv) is None else None
+    assert accepting is not None, walk[0]
+    monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf_cache" / "hub"))
+    outcome = check_one({"id": "later-option", "release": named.split("==", 1)[1],
+                         "command": "python -m sglang.launch_server " + " ".join(argv)})
+    assert f"{named} refuses the command (its parser)" in outcome.refused_by_default, outcome
+    assert (outcome.release, outcome.why) == (accepting, f"{ACCEPTED_NEWER} (the source names {named})"), outcome
+    assert outcome.status != 2, outcome
 
 
 def test_a_plugin_tutorials_command_is_checked_on_that_plugins_device() -> None:

@@ -200,7 +200,7 @@ def _looks_negative(word: str) -> bool:
 
 
 @dataclass(frozen=True)
-class OlderRelease:
+class OlderRelease:  # older or newer: a release around the one that refused a command
     engine: str
     refusal: str | None  # why its learned parser refuses the command (NOT_LEARNED: never learned); None: it takes it
 
@@ -214,13 +214,19 @@ def older_releases(name: str, words: Sequence[str], before: str) -> list[OlderRe
     return [OlderRelease(engine, refusal(engine, words)) for engine in reversed(older)]
 
 
+def newer_releases(name: str, words: Sequence[str], after: str) -> list[OlderRelease]:
+    """Every listed release of engine ``name`` newer than ``after``, oldest first, each with what its
+    learned parser makes of ``words`` (as ``older_releases``)."""
+    listed = list(releases.releases(name))
+    newer = listed[listed.index(after) + 1:] if after in listed else []
+    return [OlderRelease(engine, refusal(engine, words)) for engine in newer]
+
+
 def oldest_newer_taking(name: str, words: Sequence[str], after: str) -> str | None:
     """The oldest release newer than ``after`` whose learned parser takes every option and value of
     ``words``: for a command written for a release that refuses it (an option or a value added
     later), the first release to try (a hint, as ``newest_taking``)."""
-    listed = list(releases.releases(name))
-    newer = listed[listed.index(after) + 1:] if after in listed else []
-    return next((engine for engine in newer if refusal(engine, words) is None), None)
+    return next((r.engine for r in newer_releases(name, words, after) if r.refusal is None), None)
 
 
 def newest_taking(name: str, words: Sequence[str], before: str) -> str | None:

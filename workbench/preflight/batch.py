@@ -3,13 +3,15 @@
 Each record holds a ``command`` (as published) and may name the ``release`` its source was written
 for. A command is checked under that release when it is a listed one, else under the default
 (``release_choice``). When no release was named and the default's parser refuses the command, the
-older releases are walked newest first: one whose learned parser refuses it (an option it does not
-have, a value outside an option's choices: ``release_choice.refusal``) is passed over, and one
-whose learned parser takes it is asked for real, up to ``tries`` of them; the first whose own
-parser accepts the command answers, and the outcome keeps the default's refusal and the refusals
-on the way (a published command is usually written for the release of its day). Releases never
-learned are passed over and counted in the outcome, so "the newest release whose own parser
-accepts it" is said of the learned ones. When none accepts, the default's refusal stands.
+older releases are walked newest first (a published command is usually written for the release of
+its day); when the release the source names refuses it, the newer ones are walked oldest first (the
+source names a release older than the one it ran: a page "tested with v0.5.7" using an option
+0.5.7 does not have). On the walk, one whose learned parser refuses it (an option it does not have,
+a value outside an option's choices: ``release_choice.refusal``) is passed over, and one whose
+learned parser takes it is asked for real, up to ``tries`` of them; the first whose own parser
+accepts the command answers, and the outcome keeps the first refusal and the refusals on the way.
+Releases never learned are passed over and counted in the outcome, so "the newest release whose own
+parser accepts it" is said of the learned ones. When none accepts, the first refusal stands.
 
 A record whose ``engine`` is a platform plugin of the engine its command launches (``vllm-ascend``
 for a ``vllm serve`` command from a vllm-ascend tutorial) was written for that platform's device:
@@ -34,8 +36,9 @@ from workbench.engines.launch_adapters import platform_plugin
 from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, launches_verdict, pick_gpu
 from workbench.preflight.command import LaunchCommand, parse_commands
 
-TRIES = 3  # older releases asked for real per refused command (each may start an engine process: 7-60 s)
+TRIES = 3  # releases around the refusing one asked for real per refused command (each may start an engine process: 7-60 s)
 ACCEPTED_OLDER = "newest release whose own parser accepts it"
+ACCEPTED_NEWER = "oldest newer release whose own parser accepts it"
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,10 @@ class Outcome:
     id: str
     engine: str  # the engine the command launches ("" when none was found)
     release: str  # the release that answered ("" when none)
-    why: str  # "named by the source", "default", ACCEPTED_OLDER (or its "learned release" form)
+    why: str  # "named by the source", "default", ACCEPTED_OLDER, ACCEPTED_NEWER (or their "learned release" forms)
     status: int  # 0, 1, 2 or 3
     verdict: str  # the verdict, or the refusal / bad input message
-    refused_by_default: str  # the default release's refusal, when another release answered
+    refused_by_default: str  # the first release's refusal (the default's or the named one's), when another answered
     seconds: float
     unmodelled_flags: tuple[str, ...] = ()  # flags of the command the resolution does not list (should be none)
     older: tuple[str, ...] = ()  # the older releases asked for real and what their parsers said; the ones passed over
@@ -103,12 +106,18 @@ def _check_launch(record: Mapping[str, Any], text: str, parsed: LaunchCommand, t
     status, verdict, result = _answer(text, named, **options)
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
     older: tuple[str, ...] = ()
-    if named is None and _refused_by_parser(status, verdict):
-        gpu = pick_gpu(parsed, options.get("gpu"))[0]
-        default = release_choice.choose(parsed.engine, None, platform_plugin(parsed.engine, gpu.platform)).release
-        found, older = _older_accepting(text, parsed.engine, parsed.argv, default, tries, **options)
+    if _refused_by_parser(status, verdict):
+        if named is None:
+            gpu = pick_gpu(parsed, options.get("gpu"))[0]
+            default = release_choice.choose(parsed.engine, None, platform_plugin(parsed.engine, gpu.platform)).release
+            around, accepted = release_choice.older_releases(parsed.engine, parsed.argv, before=default), ACCEPTED_OLDER
+        else:
+            around, accepted = release_choice.newer_releases(parsed.engine, parsed.argv, after=named), ACCEPTED_NEWER
+        found, older = _accepting(text, around, accepted, tries, **options)
         if found is not None:
             refused, (release, why, (status, verdict, result)) = verdict, found
+            if named is not None:
+                why = f"{why} (the source names {named})"
     if status == BAD_INPUT and not release:
         refusing = _REFUSING.search(verdict)
         release = refusing.group(1) if refusing else ""
@@ -145,15 +154,15 @@ Answer = tuple[int, str, CheckResult | None]
 REFUSED_LEARNED = "refused by its learned parser"
 
 
-def _older_accepting(text: str, engine: str, argv: Sequence[str], default: str, tries: int,
-                     **options: Any) -> tuple[tuple[str, str, Answer] | None, tuple[str, ...]]:
-    """The newest release older than ``default`` whose own parser accepts the command, why it is
-    said to be the newest, and its answer (None when none of the ``tries`` asked accepts it); and
-    what was said of the releases on the way, newest first: each one asked, and the runs passed
+def _accepting(text: str, around: Sequence[release_choice.OlderRelease], accepted: str, tries: int,
+               **options: Any) -> tuple[tuple[str, str, Answer] | None, tuple[str, ...]]:
+    """The first release of ``around`` (in walking order) whose own parser accepts the command, why
+    it is said to be the first (``accepted``), and its answer (None when none of the ``tries`` asked
+    accepts it); and what was said of the releases on the way: each one asked, and the runs passed
     over (their learned parsers refuse the command, or were never learned)."""
     said: list[tuple[str, list[str]]] = []  # (what, releases): a run passed over, or ("asked", [its refusal])
     asked, unlearned = 0, False
-    for candidate in release_choice.older_releases(engine, argv, before=default):
+    for candidate in around:
         if candidate.refusal is not None:
             why = release_choice.NOT_LEARNED if candidate.refusal == release_choice.NOT_LEARNED else REFUSED_LEARNED
             unlearned = unlearned or why == release_choice.NOT_LEARNED
@@ -163,12 +172,13 @@ def _older_accepting(text: str, engine: str, argv: Sequence[str], default: str, 
                 said.append((why, [candidate.engine]))
             continue
         if asked >= tries:
-            said.append(("", [f"not asked: {candidate.engine} and older (at most {tries} older releases are asked)"]))
+            said.append(("", [f"not asked: {candidate.engine} and the releases after it in the walk (at most {tries} "
+                               "are asked)"]))
             break
         asked += 1
         answer = _answer(text, candidate.engine, suggest=False, **options)
         if not _refused_by_parser(answer[0], answer[1]):
-            why = ACCEPTED_OLDER.replace("release", "learned release") if unlearned else ACCEPTED_OLDER
+            why = accepted.replace("release", "learned release", 1) if unlearned else accepted
             return (candidate.engine, why, answer), _lines(said)
         said.append(("", [answer[1]]))
     return None, _lines(said)
