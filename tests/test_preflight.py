@@ -191,6 +191,17 @@ def test_vllm_ascend_before_the_reset_reads_past_the_row_at_the_worked_length() 
 
 
 @vllm
+def test_vllm_ascend_with_only_a_release_candidate_reads_the_command_through_it() -> None:
+    """vllm-ascend has no final 0.21.0, only 0.21.0rc1: it is the plugin vLLM 0.21.0 runs with on an
+    NPU, and its drafter (learned from its code: the reset of PR 10117) keeps the row safe."""
+    result = _check(ASCEND_MTP, engine="vllm==0.21.0")
+    assert result.deployment.settings["platform_plugin"].value == "vllm-ascend==0.21.0rc1"  # type: ignore[attr-defined]
+    (row,) = result.rows  # type: ignore[attr-defined]
+    assert (row.backend, row.rule, row.first_failing) == ("vllm-ascend-block-table", "vllm-ascend==0.21.0rc1", None)
+    assert result.status == SAFE  # type: ignore[attr-defined]
+
+
+@vllm
 def test_vllm_on_an_npu_without_a_plugin_release_is_undecided_naming_those_with_one() -> None:
     result = _check("vllm serve Qwen/Qwen3-32B", engine="vllm==0.34.0", gpu="910b")
     assert result.status == UNDECIDED and "vllm-ascend has no release 0.34.0" in result.verdict  # type: ignore[attr-defined]

@@ -24,6 +24,40 @@ def test_the_release_list_is_in_the_package_index_order() -> None:
     assert vllm[0] == "vllm==0.6.0" and vllm.index("vllm==0.33.0") < len(vllm) and vllm[-1] == "vllm==0.34.0"
 
 
+def _release_file(tmp_path: Path, engines: dict[str, list[str]]) -> Path:
+    path = tmp_path / "releases.json"
+    path.write_text(json.dumps({"about": "test", "listed_on": "2026-12-03", "pre_releases_kept": ["vllm-ascend"],
+                                "engines": engines}))
+    return path
+
+
+def test_a_plugin_release_candidate_pairs_with_the_engine_release_of_its_number(tmp_path: Path) -> None:
+    """vllm-ascend publishes most versions only as release candidates: vLLM X pairs with the plugin's
+    final X, else its newest listed X rcN; the default runs over the final ones only."""
+    path = _release_file(tmp_path, {"vllm": ["0.20.0", "0.21.0", "0.22.0", "0.23.0", "0.24.0"],
+                                    "vllm-ascend": ["0.21.0rc1", "0.21.0rc2", "0.22.0", "0.23.0", "0.23.0.post1",
+                                                    "0.24.0rc1"]})
+    assert releases.paired("vllm-ascend", "0.21.0", path) == "vllm-ascend==0.21.0rc2"  # the newest candidate
+    assert releases.paired("vllm-ascend", "0.22.0", path) == "vllm-ascend==0.22.0"  # the final, when there is one
+    assert releases.paired("vllm-ascend", "0.23.0", path) == "vllm-ascend==0.23.0"  # not its .post1
+    assert releases.paired("vllm-ascend", "0.20.0", path) is None
+    assert releases.with_plugin("vllm", "vllm-ascend", path) == (
+        "vllm==0.21.0", "vllm==0.22.0", "vllm==0.23.0", "vllm==0.24.0")
+    assert releases.with_plugin("vllm", "vllm-ascend", path, finals=True) == ("vllm==0.22.0", "vllm==0.23.0")
+
+
+def test_the_index_listing_keeps_the_newest_release_candidate_of_a_version_without_a_final() -> None:
+    index = ["0.30.0rc2", "0.30.0rc1", "0.29.0rc1", "0.23.0.post1", "0.23.0", "0.23.0rc1", "0.21.0rc1"]
+    kept = [v for v in index if releases._newest_pre_without_final(v, index)]
+    assert kept == ["0.30.0rc2", "0.29.0rc1", "0.21.0rc1"]
+
+
+def test_the_shipped_list_pairs_vllm_021_with_the_plugins_release_candidate() -> None:
+    # vllm-ascend has no final 0.21.0 on the index (pip index versions vllm-ascend --pre, 2026-12-03)
+    assert releases.paired("vllm-ascend", "0.21.0") == "vllm-ascend==0.21.0rc1"
+    assert releases.with_plugin("vllm", "vllm-ascend", finals=True)[-1] == "vllm==0.23.0"
+
+
 @pytest.mark.parametrize("asked, expected", [
     ("sglang==0.5.12", "sglang==0.5.10"),  # newest learned not after it
     ("sglang==0.5.14", "sglang==0.5.14"),  # itself

@@ -229,7 +229,8 @@ def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> 
     """The cache's folder of each optional library, or None when one cannot be had: torchvision
     (with Pillow, about 30 MB) is fetched here on first use; triton (about 1 GB) only when asked
     for (``workbench engines fetch --triton``); a listed engine's name (a platform plugin such as
-    vllm-ascend) is its release of the release's own version, fetched on first use."""
+    vllm-ascend) is its release paired with the release's own version (``releases.paired``), fetched on
+    first use."""
     paths = []
     version = wheels.split_engine(install.engine)[1]
     for name in libraries:
@@ -240,9 +241,9 @@ def library_paths(install: wheels.EngineInstall, libraries: tuple[str, ...]) -> 
                 return None
         elif name == "triton" and (triton := wheels.triton_dir()) is not None:
             paths.append(triton)
-        elif name in releases.ENGINES and releases.is_listed(f"{name}=={version}"):
+        elif name in releases.ENGINES and (plugin := releases.paired(name, version)) is not None:
             try:
-                paths.append(wheels.fetch(f"{name}=={version}").src)
+                paths.append(wheels.fetch(plugin).src)
             except wheels.FetchError:
                 return None
         else:
@@ -270,9 +271,10 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
             missing = [n for n in wanted if library_paths(install, (n,)) is None]
             plugins = [n for n in missing if _plugin(n)]
             if plugins:
-                return dataclasses.replace(answer, message=f"{answer.message}; its release {plugins[0]}=="
-                                                           f"{wheels.split_engine(install.engine)[1]} could not be "
-                                                           "fetched into the workbench's cache")
+                plugin = releases.paired(plugins[0], wheels.split_engine(install.engine)[1])
+                return dataclasses.replace(answer, message=f"{answer.message}; its release {plugin} could not be "
+                                                           "fetched into the workbench's cache (a wheel for this "
+                                                           "Python: `pip download --no-deps --only-binary=:all:`)")
             return dataclasses.replace(answer, message=f"{answer.message}; every GPU install of the engine has "
                                                        f"{' and '.join(missing)}, which the workbench's cache has not: "
                                                        "`workbench engines fetch --triton` fetches it (about 1 GB), then "
@@ -283,7 +285,7 @@ def resolve(request: LaunchRequest, install: wheels.EngineInstall, *, owner: boo
     if not libraries:
         return answer
     version = wheels.split_engine(install.engine)[1]
-    plugins = [f"{n}=={version}'s platform plugin" for n in libraries if _plugin(n)]
+    plugins = [f"{releases.paired(n, version)}'s platform plugin" for n in libraries if _plugin(n)]
     common = [n for n in libraries if not _plugin(n)]
     said = [*plugins, *([f"{' and '.join(common)}, which every GPU install of the engine has"] if common else [])]
     note = f"read by an engine process with {'; and '.join(said)} ({'; '.join(stopped)})"

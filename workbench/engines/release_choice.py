@@ -61,7 +61,7 @@ def _pseudo_base(asked: str) -> str | None:
 def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
     """The release for a command of engine ``name``; ValueError naming what is allowed. ``plugin``:
     the package the engine runs through on the command's device (vllm-ascend on an NPU): unless a
-    release is asked for, the newest release that package has a release of the same version for."""
+    release is asked for, the newest release that package has a final release of the same version for."""
     if asked:
         engine, _ = releases.split(asked)
         if engine != name:
@@ -74,12 +74,14 @@ def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
         release, reason = base or asked, "--engine"
     else:
         here = installed(name)
-        paired = releases.with_plugin(name, plugin) if plugin else ()
+        # a release candidate of the plugin is checked when asked for; the default runs over its final releases
+        paired = releases.with_plugin(name, plugin, finals=True) if plugin else ()
         if here is not None and releases.is_listed(f"{name}=={here}"):
             release, reason = f"{name}=={here}", "installed in this environment"
         elif paired:
             release = paired[-1]
-            reason = f"the newest listed release {plugin} has a release for (this device runs it through {plugin})"
+            reason = (f"the newest listed release {plugin} has a final release for (this device runs it through "
+                      f"{plugin}; give --engine for one of its release candidates)")
         else:
             release = releases.newest(name)
             reason = "the newest listed release" + (f"; the installed {name} {here} is not listed" if here else

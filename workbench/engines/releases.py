@@ -65,10 +65,29 @@ def is_listed(engine: str, path: Path = RELEASES_FILE) -> bool:
     return name in _load(str(path)) and engine in releases(name, path)
 
 
-def with_plugin(name: str, plugin: str, path: Path = RELEASES_FILE) -> tuple[str, ...]:
-    """The listed releases of engine ``name`` that ``plugin`` (vllm-ascend) has a release of the same
-    version for, oldest first: the ones that run on the device the plugin brings."""
-    return tuple(r for r in releases(name, path) if is_listed(f"{plugin}=={split(r)[1]}", path))
+def is_final(version: str) -> bool:
+    """Not a pre-release: ``0.23.0`` and ``0.23.0.post1``, not ``0.21.0rc1``."""
+    return version_key(version)[1] == 3
+
+
+def paired(plugin: str, version: str, path: Path = RELEASES_FILE) -> str | None:
+    """The listed release of ``plugin`` (vllm-ascend) that runs over the engine release ``version``:
+    the plugin's release of that version, else its newest pre-release of it (vllm-ascend publishes
+    most versions only as release candidates: ``0.21.0rc1`` for vLLM 0.21.0); None when it has neither."""
+    if is_listed(f"{plugin}=={version}", path):
+        return f"{plugin}=={version}"
+    wanted = version_key(version)[0]
+    candidates = [r for r in releases(plugin, path) if version_key(split(r)[1])[0] == wanted
+                  and not is_final(split(r)[1])]
+    return candidates[-1] if candidates else None
+
+
+def with_plugin(name: str, plugin: str, path: Path = RELEASES_FILE, *, finals: bool = False) -> tuple[str, ...]:
+    """The listed releases of engine ``name`` that ``plugin`` (vllm-ascend) has a release for
+    (``paired``), oldest first: the ones that run on the device the plugin brings; with ``finals``
+    only those whose plugin release is a final one."""
+    found = ((r, paired(plugin, split(r)[1], path)) for r in releases(name, path))
+    return tuple(r for r, p in found if p is not None and (not finals or is_final(split(p)[1])))
 
 
 def newest(name: str, path: Path = RELEASES_FILE) -> str:
@@ -92,10 +111,13 @@ def nearest(candidates: Iterable[str], engine: str) -> str | None:
 
 def refresh(path: Path = RELEASES_FILE, day: str | None = None) -> dict[str, list[str]]:
     """Rewrite the release list from the package index (``pip index versions NAME --pre``),
-    keeping each engine's starting release and dropping pre-releases after it."""
+    keeping each engine's starting release and dropping pre-releases after it, except for the
+    engines the file's ``pre_releases_kept`` names: of those, the newest pre-release of each version
+    with no final release is kept (``paired``)."""
     import datetime
 
     current = _load(str(path))
+    keep_pre = set(json.loads(path.read_text()).get("pre_releases_kept", []))
     found: dict[str, list[str]] = {}
     for name, versions in current.items():
         first = version_key(versions[0])
@@ -106,7 +128,7 @@ def refresh(path: Path = RELEASES_FILE, day: str | None = None) -> dict[str, lis
             raise RuntimeError(f"pip index versions {name}: {done.stderr.strip().splitlines()[-1:] or 'no answer'}")
         listed = [v.strip() for v in line.split(":", 1)[1].split(",")]
         kept = [v for v in listed if _VERSION.match(v) and version_key(v) >= first
-                and (version_key(v)[1] == 3 or v == versions[0])]
+                and (is_final(v) or v == versions[0] or (name in keep_pre and _newest_pre_without_final(v, listed)))]
         found[name] = sorted(kept, key=version_key)
     data = json.loads(path.read_text())
     data["engines"] = found
@@ -114,3 +136,11 @@ def refresh(path: Path = RELEASES_FILE, day: str | None = None) -> dict[str, lis
     path.write_text(json.dumps(data, indent=2) + "\n")
     _load.cache_clear()
     return found
+
+
+def _newest_pre_without_final(version: str, listed: Iterable[str]) -> bool:
+    """Whether ``version`` is the newest pre-release of its version and ``listed`` has no final of it."""
+    if is_final(version):
+        return False
+    same = [v for v in listed if _VERSION.match(v) and version_key(v)[0] == version_key(version)[0]]
+    return not any(is_final(v) for v in same) and max(same, key=version_key) == version

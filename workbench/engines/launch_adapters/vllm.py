@@ -658,14 +658,17 @@ def _npu_platform(request: LaunchRequest, flags: list[FlagUse], times: dict[str,
     from workbench.engines import releases
 
     version = request.engine.split("==", 1)[1]
-    if releases.is_listed(f"{NPU_PLUGIN}=={version}"):
-        return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through {NPU_PLUGIN}=={version}'s "
-                                                     "platform", flags=tuple(flags), seconds=times, needs=(NPU_PLUGIN,))
+    plugin = releases.paired(NPU_PLUGIN, version)
+    if plugin is not None:
+        return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through {plugin}'s platform",
+                          flags=tuple(flags), seconds=times, needs=(NPU_PLUGIN,))
     paired = [releases.split(r)[1] for r in releases.with_plugin("vllm", NPU_PLUGIN)]
+    final = releases.with_plugin("vllm", NPU_PLUGIN, finals=True)[-1]
     return Resolution(request.engine, UNDECIDED, f"vLLM on an Ascend NPU runs through the {NPU_PLUGIN} plugin's platform "
                                                  f"(block size, graph mode, its drafter), and {NPU_PLUGIN} has no release "
-                                                 f"{version} on the package index; the vLLM releases it has one for: "
-                                                 f"{', '.join(paired)} (give --engine vllm=={paired[-1]})",
+                                                 f"{version} on the package index (final or candidate); the vLLM "
+                                                 f"releases it has one for: {', '.join(paired)} (give --engine {final}, "
+                                                 "the newest it has a final release for)",
                       flags=tuple(flags), seconds=times)
 
 
