@@ -33,6 +33,7 @@ from workbench.backends import (
     vllm_indexer_block_table,
     vllm_v0_graph_block_tables,
     vllm_v1_block_table,
+    vllm_v1_waiting_pad,
 )
 from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
@@ -47,7 +48,8 @@ _MODULES = (
 
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 
-_CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_v1_block_table, vllm_ascend_block_table)
+_CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_v1_block_table, vllm_v1_waiting_pad,
+                 vllm_ascend_block_table)
 
 _POOLED_MODULES = (sglang_flashinfer_kv_indices, sglang_flashinfer_mla_kv_indices, sglang_triton_kv_indices,
                    sglang_aiter_kv_indices)

@@ -111,6 +111,11 @@ class CaseBackend(ABC, Generic[C]):
         """Why ``launch_case`` gave no case for a launch of ``engine`` (the verdict says it)."""
         return f"no data of {engine} for this launch"
 
+    def conditions(self, case: C, first_failing: int) -> tuple[str, ...]:
+        """What a run must do to meet the failure at ``first_failing`` (a value of ``scan_field``)
+        beyond reaching that length (the preflight's "needs"); () where reaching it is enough."""
+        return ()
+
     def release_cases(self) -> tuple[dict[str, object], ...]:
         """The first seed's failing deployment under every release the backend has data for (the
         atlas's rows, release by release: where the bug appears and where its fix lands)."""

@@ -104,20 +104,9 @@ def _context_parallel(extra: Mapping[str, object]) -> tuple[int, int]:
 
 
 def bracketing_release(engine: str) -> str | None:
-    """The measured release whose facts a launch of ``engine`` takes: its own; else, for a release
-    between two measured ones whose facts are equal, the older of them (the rows name it); else
-    None (its KV cache manager was never run: ``workbench engines learn vllm==X`` runs it)."""
-    from workbench.engines.releases import split, version_key
-
-    found = releases()
-    if engine in found:
-        return engine
-    wanted = version_key(split(engine)[1])
-    before = [e for e in found if version_key(split(e)[1]) < wanted]
-    after = [e for e in found if version_key(split(e)[1]) > wanted]
-    if before and after and found[before[-1]] == found[after[0]]:
-        return before[-1]
-    return None
+    """The measured release whose facts a launch of ``engine`` takes (``vllm_releases.bracketing``):
+    None where its KV cache manager was never run (``workbench engines learn vllm==X`` runs it)."""
+    return vllm_releases.bracketing(releases(), engine)
 
 
 def held_after(slots: str, preallocate_tokens: int, max_model_len: int, block_size: int, held: int,

@@ -19,7 +19,10 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
   table, against ``write_rows`` with the backend's learned row write;
 * ``KVCacheManager.allocate_slots`` (a request's blocks near ``max_model_len``), against the v1
   block table backend's ``allocation`` with the release's learned policy (``learn_vllm_kv``; run by
-  ``run_version`` where the release's ``kv`` section was learned).
+  ``run_version`` where the release's ``kv`` section was learned);
+* ``Scheduler.schedule`` on a prompt sent again near ``max_model_len`` (the scheduler's padding of a
+  waiting request), against the waiting-pad backend's ``first_step`` with the release's learned form
+  (``learn_vllm_pad``; where the ``pad`` section was learned).
 
 ``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
 """
@@ -335,4 +338,10 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
             from workbench.engines import learn_vllm_kv
 
             rows.append(learn_vllm_kv.conformance_row(session, kv["backends"][NAME], states, seed))
+        waiting = learned.section(engine, "pad")
+        if waiting is not None:  # the scheduler's waiting pad, learned apart (learn_vllm_pad)
+            from workbench.backends.vllm_v1_waiting_pad import NAME as PAD
+            from workbench.engines import learn_vllm_pad
+
+            rows.append(learn_vllm_pad.conformance_row(session, waiting["backends"][PAD], states, seed))
     return [{"engine": engine, **row} for row in rows]

@@ -30,7 +30,8 @@ from typing import Any
 
 from workbench.backends import vllm_indexer_block_table as indexer_model
 from workbench.backends.vllm_v1_block_table import NAME as V1_TABLE
-from workbench.engines import conformance_vllm, learn_vllm_kv, learned, releases, wheels
+from workbench.backends.vllm_v1_waiting_pad import NAME as WAITING_PAD
+from workbench.engines import conformance_vllm, learn_vllm_kv, learn_vllm_pad, learned, releases, wheels
 from workbench.engines import learn_rules as lr
 from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
@@ -331,7 +332,7 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
     wheel = install.wheel
     if learned.is_current(engine, SECTIONS, LEARNER, wheel.get("sha256", ""), root=root):
         say(f"already learned from this wheel by {LEARNER}: skipped")
-        learn_vllm_kv.learn(engine, progress=progress, root=root)
+        _learn_apart(engine, progress, root)
         return learned.shipped_path(engine, root)
     states = 1000 if engine == releases.newest("vllm") else 200
     if wheels.triton_dir() is None:  # recent releases import with it only; the same set-up on every machine
@@ -358,8 +359,15 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         raise LearnError(str(error)) from None
     for name, content in (("buffers", buffers), ("parser", parser), ("launch", launch), ("conformance", conformance)):
         path = learned.write_section(engine, name, content, root=root, wheel=wheel)
-    learn_vllm_kv.learn(engine, progress=progress, root=root)  # its own learner: see that module
+    _learn_apart(engine, progress, root)
     return path
+
+
+def _learn_apart(engine: str, progress: Progress, root: Path) -> None:
+    """The sections with learners of their own (added later, so that adding one did not mean
+    learning every release's other sections again): the KV cache manager's, the waiting pad's."""
+    learn_vllm_kv.learn(engine, progress=progress, root=root)
+    learn_vllm_pad.learn(engine, progress=progress, root=root)
 
 
 # ---- the README's table ------------------------------------------------------------------------------
@@ -390,11 +398,12 @@ def table(engines: list[str]) -> str:
     """Markdown: per learned vLLM release, what loaded from it, the buffers found and how each was
     obtained, and its conformance (states agreeing of states run)."""
     lines = ["| release | parser (options) | resolution | block table | indexer buffer | indexer fill at 46074 | "
-             "V0 graph width | V0 row write | v1 KV slots | conformance |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "V0 graph width | V0 row write | v1 KV slots | waiting pad | conformance |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for engine in engines:
         data = learned.load(engine)
         if data is None:
-            lines.append(f"| {engine} | not learned | | | | | | | | |")
+            lines.append(f"| {engine} | not learned | | | | | | | | | |")
             continue
         sections = data["sections"]
         parser = sections.get("parser", {}).get("options", {})
@@ -404,12 +413,15 @@ def table(engines: list[str]) -> str:
         indexer, graphs = backends.get(INDEXER, {}), backends.get(V0, {})
         kv = sections.get("kv", {})
         slots = kv.get("backends", {}).get(V1_TABLE, {})
-        rows = [*sections.get("conformance", {}).get("functions", []), *kv.get("conformance", [])]
+        waiting = sections.get("pad", {})
+        rows = [*sections.get("conformance", {}).get("functions", []), *kv.get("conformance", []),
+                *waiting.get("conformance", [])]
         ran = [r for r in rows if r.get("skipped") is None]
         conformance = (f"{sum(r['agree'] for r in ran)} / {sum(r['states'] for r in ran)} ({len(ran)} functions)"
                        if ran else "-")
         lines.append(" | ".join([f"| {engine}", shown_parser, str(resolution or "-")[:40], _shown(indexer.get("table_alignment")),
                                  _shown(indexer.get("buffer_alignment")), _shown(indexer.get("fill")),
                                  _shown(graphs.get("graph_width")), _shown(graphs.get("row_write")),
-                                 _kv_shown(slots), conformance]) + " |")
+                                 _kv_shown(slots), _shown(waiting.get("backends", {}).get(WAITING_PAD, {}).get("waiting_pad")),
+                                 conformance]) + " |")
     return "\n".join(lines)

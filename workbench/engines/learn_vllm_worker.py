@@ -8,13 +8,16 @@ release (``vllm_loader``), then answers one JSON task per line (``learn_session`
 * ``resolve``: a reference launch command read by the release's own parser and resolution;
 * ``table_width`` / ``indexer_width`` / ``v0_width``: widths at each of ``points``;
 * ``indexer_fill`` / ``v0_rows``: what the release's fill does on each of ``states``;
-* ``kv_slots``: the blocks the v1 KV cache manager gives a request at each of ``states``.
+* ``kv_slots``: the blocks the v1 KV cache manager gives a request at each of ``states``;
+* ``waiting_pad``: what the release's own scheduler schedules for a prompt sent again near
+  ``max_model_len`` (``vllm_buffers.waiting_pad``), at each of ``states``.
 
 A task that fails answers ``{"error": one line}``; a point that fails answers its error in place.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -73,6 +76,7 @@ class Worker:
         self.folder = Path(tempfile.mkdtemp(prefix="workbench-learn-vllm-"))
         self.adapter: Any = None
         self.indexer: Any = None
+        self.pad_configs: dict[tuple[int, int, int], Any] = {}
 
     def _adapter(self) -> Any:
         if self.adapter is None:
@@ -172,6 +176,31 @@ class Worker:
 
         return self._points(lambda s: vllm_buffers.v0_rows(s["backend"], s["graph_width"], s["seq_lens"],
                                                            s["block_tables"]), [[s] for s in task["states"]])
+
+    def waiting_pad(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Each state's ``vllm_buffers.waiting_pad`` on the reference Llama, served with prefix caching,
+        asynchronous scheduling and ``k`` speculative tokens of ``ngram_gpu`` (a drafter asynchronous
+        scheduling takes)."""
+        from workbench.engines import vllm_buffers
+
+        def one(state: dict[str, Any]) -> dict[str, Any]:
+            key = (state["max_model_len"], state["block_size"], state["k"])
+            if key not in self.pad_configs:  # an engine config takes seconds: the states share a few
+                speculative = json.dumps({"method": "ngram_gpu", "num_speculative_tokens": state["k"],
+                                          "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+                try:
+                    self.pad_configs[key] = self._adapter().engine_config([
+                        self._model("llama"), "--max-model-len", str(state["max_model_len"]), "--block-size",
+                        str(state["block_size"]), "--enable-prefix-caching", "--async-scheduling",
+                        "--skip-tokenizer-init", "--speculative-config", speculative])
+                except Exception as error:  # noqa: BLE001 - the release's refusal answers every state of it
+                    self.pad_configs[key] = error
+            config = self.pad_configs[key]
+            if isinstance(config, Exception):  # its message names the model's temporary folder: not kept
+                return {"error": _one_line(config).replace(self._model("llama"), "<reference llama>")}
+            return vllm_buffers.waiting_pad(copy.deepcopy(config), state["prompt_len"])
+
+        return self._points(one, [[s] for s in task["states"]])
 
     def kv_slots(self, task: dict[str, Any]) -> dict[str, Any]:
         from workbench.engines import vllm_buffers

@@ -471,3 +471,68 @@ def kv_slots(max_model_len: int, block_size: int, computed: int, new_tokens: int
         return {"held": len(manager.req_to_blocks[request.request_id])}
     first = blocks[0] if blocks and isinstance(blocks[0], (list, tuple)) else blocks
     return {"held": len(first)}
+
+
+def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
+    """What the release's own scheduler schedules for a prompt sent again, all but its last token in
+    the prefix cache, beside a running decode (vLLM PR 53962's state): ``{"scheduled": [the new
+    request's tokens at each of ``steps`` schedules, 0 where it got none], "computed": [its
+    num_computed_tokens after each]}``, or ``{"error": ...}``. ``config`` is a ``VllmConfig`` with
+    prefix caching and speculative decoding; asynchronous scheduling takes ``AsyncScheduler``, which
+    schedules the next step before the last one's output comes back, as the engine core does.
+
+    The prompt is first scheduled whole for a request aborted at once (its full blocks stay cached),
+    and a short request is admitted, so that the prompt's second request arrives while a decode runs."""
+    scheduler_module = importlib.import_module("vllm.v1.core.sched.scheduler")
+    cls = scheduler_module.Scheduler
+    if getattr(config.scheduler_config, "async_scheduling", False):
+        cls = importlib.import_module("vllm.v1.core.sched.async_scheduler").AsyncScheduler
+    block_size = int(config.cache_config.block_size)
+    num_blocks = 4 * (cdiv(config.model_config.max_model_len, block_size) + 8)
+    config.cache_config.num_gpu_blocks = num_blocks
+    outputs = importlib.import_module("vllm.v1.structured_output")
+    known: dict[str, Any] = {"vllm_config": config, "kv_cache_config": _kv_cache_config(block_size, num_blocks),
+                             "structured_output_manager": outputs.StructuredOutputManager(config),
+                             "block_size": block_size, "log_stats": False, "include_finished_set": False}
+    scheduler = cls(**_fill(scheduler_module.Scheduler, known))  # AsyncScheduler takes the Scheduler's arguments
+    hasher = _block_hasher(config, block_size)
+    prompt = [(7 * i + 3) % 30000 + 1 for i in range(prompt_len)]
+    request_module = importlib.import_module("vllm.v1.request")
+    sampling = importlib.import_module("vllm.sampling_params").SamplingParams
+
+    def request(request_id: str, tokens: list[int], max_tokens: int) -> Any:
+        made: dict[str, Any] = {"request_id": request_id, "prompt": None, "prompt_token_ids": tokens,
+                                "multi_modal_inputs": None, "multi_modal_hashes": None,
+                                "multi_modal_placeholders": None, "sampling_params": sampling(max_tokens=max_tokens),
+                                "pooling_params": None, "eos_token_id": None, "arrival_time": 0.0,
+                                "block_hasher": hasher}
+        return request_module.Request(**_fill(request_module.Request, made))
+
+    try:
+        scheduler.add_request(request("warm", list(prompt), 1))
+        scheduler.schedule()
+        scheduler.finish_requests("warm", request_module.RequestStatus.FINISHED_ABORTED)
+        scheduler.add_request(request("running", [30001 + i for i in range(16)], 1 << 16))
+        scheduler.schedule()
+        again = request("again", list(prompt), 1 << 16)
+        scheduler.add_request(again)
+        scheduled, computed = [], []
+        for _ in range(steps):
+            output = scheduler.schedule()
+            scheduled.append(int(output.num_scheduled_tokens.get("again", 0)))
+            computed.append(int(again.num_computed_tokens))
+    except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
+        return {"error": f"{type(error).__name__}: {str(error).strip()}"}
+    return {"scheduled": scheduled, "computed": computed}
+
+
+def _block_hasher(config: Any, block_size: int) -> Any:
+    """The request block hasher the engine core gives every request when prefix caching is on (None
+    where the release hashes blocks in the manager itself)."""
+    utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+    if not hasattr(utils, "get_request_block_hasher"):
+        return None
+    hashing = _module("vllm.utils.hashing") or importlib.import_module("vllm.utils")
+    function = hashing.get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    utils.init_none_hash(function)
+    return utils.get_request_block_hasher(block_size, function)

@@ -39,6 +39,22 @@ def learned_facts(component: str, name: str = "vllm", section_name: str = "buffe
     return found
 
 
+def bracketing(found: Mapping[str, object], engine: str) -> str | None:
+    """The measured release whose facts (``found``: release -> facts) a launch of ``engine`` takes:
+    its own; else, for a release between two measured ones whose facts are equal, the older of them
+    (the rows name it); else None (never measured, and its neighbours differ or are missing)."""
+    if engine in found:
+        return engine
+    wanted = version_key(split(engine)[1])
+    before = [e for e in found if version_key(split(e)[1]) < wanted]
+    after = [e for e in found if version_key(split(e)[1]) > wanted]
+    before.sort(key=lambda e: version_key(split(e)[1]))
+    after.sort(key=lambda e: version_key(split(e)[1]))
+    if before and after and found[before[-1]] == found[after[0]]:
+        return before[-1]
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def _hand_read_entries() -> tuple[dict[str, Any], ...]:
     data = json.loads(DEFAULT_VERSIONS.read_text())

@@ -15,6 +15,9 @@ class Outcome(str, enum.Enum):
     # The engine's own host check refused the step (``assert_buffer_fits``): an AssertionError in the
     # forward pass, so the server process dies, loudly, where an unchecked write would have overflowed.
     HOST_ASSERT = "host-assert"
+    # The engine's host code raised on the step's own inputs (numpy's ValueError in the model runner's
+    # input preparation): the engine core dies, loudly.
+    HOST_ERROR = "host-error"
     OUT_OF_MEMORY = "out-of-memory"  # the allocator returned None, as designed
     INVALID = "invalid"  # not a state the engine can be in
     CRASHED = "crashed"  # an isolated probe's child died or hung; the error says how (not an engine verdict)
@@ -26,7 +29,7 @@ class Outcome(str, enum.Enum):
 
 
 FAILURES = frozenset({Outcome.SHAPE_ERROR, Outcome.INDEX_ERROR, Outcome.SILENT_OVERREAD, Outcome.SILENT_OVERWRITE,
-                      Outcome.HOST_ASSERT})
+                      Outcome.HOST_ASSERT, Outcome.HOST_ERROR})
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,13 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         if gaps:  # a buffer it sets up whose backend has no case for it
             return UNDECIDED, f"UNDECIDED: no row could be built: {'; '.join(gaps)}"
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
+    status, verdict = _safe_verdict(deployment, rows)
+    if gaps:  # a buffer the deployment sets up whose row could not be built: the SAFE says so
+        verdict += f" [not checked: {'; '.join(gaps)}]"
+    return status, verdict
+
+
+def _safe_verdict(deployment: Deployment, rows: Sequence[Row]) -> tuple[int, str]:
     margins = [(r.margin, r) for r in rows if r.margin is not None]
     if margins:
         margin, row = min(margins, key=lambda m: m[0])

@@ -17,7 +17,9 @@ through the graph). The vLLM backends declare those names for their device famil
 picks them (``workbench.preflight.vllm_backends``).
 Every V1 launch on a CUDA GPU sets up the worker's block table (``"v1-block-table"``): its row
 against the blocks the release's KV cache manager gives a request verifying its drafts near
-``max_model_len`` (docs/engine-facts.md#vllm-v1-block-table).
+``max_model_len`` (docs/engine-facts.md#vllm-v1-block-table). One with speculative decoding,
+asynchronous scheduling and prefix caching also gets the scheduler's padding of a prompt sent again
+(``"v1-waiting-pad"``, docs/engine-facts.md#vllm-v1-waiting-pad).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from workbench.preflight.deployment import Deployment, ResolveContext, Settings,
 DSA_INDEXER = "dsa-indexer"  # the sparse indexer's expanded block table, DSA models only
 V0_GRAPHS = "v0-graph-block-tables"  # the V0 model runner's captured block table
 V1_TABLE = "v1-block-table"  # the V1 worker's block table, filled from the KV cache manager
+WAITING_PAD = "v1-waiting-pad"  # the V1 scheduler's padding of a waiting request to 1 + k tokens
 DRAFT_STEPS = "draft-steps"  # a drafter that runs more than one step on the platform's graph
 MODEL_FREE_METHODS = ("ngram", "suffix")  # drafters that match text and run no model: no step reads the KV table
 # The parser destinations whose values the settings below are resolved from: a flag writing one
@@ -39,6 +42,7 @@ MODELLED_FLAGS = {
     "model", "model_tag", "max_model_len", "block_size", "speculative_config", "num_speculative_tokens",
     "speculative_model", "max_num_seqs", "max_num_batched_tokens", "decode_context_parallel_size",
     "prefill_context_parallel_size", "enforce_eager", "max_seq_len_to_capture", "num_scheduler_steps",
+    "async_scheduling", "enable_prefix_caching",
 }
 # The engine's settings the deployment is built from.
 READS = MODELLED_FLAGS | {
@@ -47,6 +51,7 @@ READS = MODELLED_FLAGS | {
     "parallel_config.decode_context_parallel_size", "parallel_config.prefill_context_parallel_size",
     "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
     "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "v0_attention_backend", "platform_plugin",
+    "scheduler_config.async_scheduling", "cache_config.enable_prefix_caching",
 }
 
 
@@ -83,6 +88,8 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     capture = _first(s, "model_config.max_seq_len_to_capture")
     v0_backend = _first(s, "v0_attention_backend")  # not the V1 parser's --attention-backend
     plugin = _first(s, "platform_plugin")  # vllm-ascend==X on an NPU: its platform resolved the command
+    asynchronous = bool(_first(s, "scheduler_config.async_scheduling"))  # None (not resolved) is off
+    prefix_caching = bool(_first(s, "cache_config.enable_prefix_caching"))
     for flag in resolution.flags:  # what the command gave for them, beside what the engine made of it
         if flag.dest in MODELLED_FLAGS and flag.dest not in s.items:
             s.take(flag.dest)
@@ -114,6 +121,11 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
         names += (V0_GRAPHS,)
     elif v1:  # a platform plugin's model runner keeps its own tables
         names += (V1_TABLE,)
+        if k and asynchronous and prefix_caching:  # a prompt sent again is padded and scheduled ahead of its output
+            names += (WAITING_PAD,)
+            s.notes.append("v1-waiting-pad: its lengths are prompts sent again with all but their last token in the "
+                           "prefix cache (or resumed after preemption) while another request decodes; the scheduler "
+                           f"may pad such a prompt to 1 + {k} tokens (docs/engine-facts.md#vllm-v1-waiting-pad)")
     if k > 1 and plugin is not None and method not in MODEL_FREE_METHODS:  # the plugin's drafter steps through its graph
         names += (DRAFT_STEPS,)
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)

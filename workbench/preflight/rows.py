@@ -220,10 +220,12 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
         case = backend.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra)
         if case is None:
             continue
+        needs: tuple[str, ...] = ()
         if backend.scan_is_request_length:  # a request's length decides: the first failing one, searched
             found = backend.boundary(case, device)
             if found.first_failing is not None and found.failing is not None:  # seq_len counts the token decoded
                 result, first = found.failing, max(1, found.first_failing - 1)
+                needs = backend.conditions(case, found.first_failing)
             else:
                 result, first = found.passing or backend.probe(case, device), None
         else:
@@ -238,7 +240,7 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
             width=_int_or_none(record.get("buffer_width")),
             unit="blocks", first_failing=first, outcome=result.outcome.value if first else "ok",
             message=result.error if first else None, reach=where.largest_committed, margin=where.margin(first),
-            reachable=where.reaches(first), bytes=None,
+            reachable=where.reaches(first), bytes=None, conditions=needs if where.reaches(first) else (),
         ))
     return rows
 

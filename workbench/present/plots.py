@@ -19,10 +19,10 @@ from workbench.present.verdicts import VERDICT_COLOURS, VERDICTS, with_verdicts
 from workbench.present.words import NOT_APPLICABLE
 
 OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "silent-overwrite", "host-assert",
-            "invalid")
+            "host-error", "invalid")
 OUTCOME_COLOURS = {
     "ok": "#2e7d32", "out-of-memory": "#7f7f7f", "shape-error": "#c62828", "index-error": "#6a1b9a",
-    "silent-overread": "#ef6c00", "silent-overwrite": "#8c564b", "host-assert": "#d81b60",
+    "silent-overread": "#ef6c00", "silent-overwrite": "#8c564b", "host-assert": "#d81b60", "host-error": "#880e4f",
     "invalid": "#bcbd22",
 }
 FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
