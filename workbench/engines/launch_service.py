@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from workbench.engines import releases, wheels
+from workbench.engines.cache_root import cache_root
 from workbench.engines.launch_adapters import (
     LaunchRequest,
     Resolution,
@@ -60,7 +61,7 @@ class EngineUnavailable(RuntimeError):
 
 def run_dir() -> Path:
     configured = os.environ.get("WORKBENCH_RUN_DIR")
-    base = Path(configured) if configured else Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "run"
+    base = Path(configured) if configured else cache_root() / "run"
     base.mkdir(parents=True, exist_ok=True)
     return base
 

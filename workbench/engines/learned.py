@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from workbench.engines.cache_root import cache_root
 from workbench.engines.releases import split
 
 SCHEMA = 1
@@ -40,7 +40,7 @@ HOWS = ("measured", "read", "absent")
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "learned"
+    return cache_root() / "learned"
 
 
 def shipped_path(engine: str, root: Path = SHIPPED) -> Path:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.engines.cache_root import cache_root as workbench_cache
 from workbench.files import exclusive
 
 # Packages the allocator and attention modules import at module level whose stand-in would not be
@@ -119,7 +120,7 @@ class EngineInstall:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench")) / "engines"
+    return workbench_cache() / "engines"
 
 
 def split_engine(engine: str) -> tuple[str, str]:

@@ -5,7 +5,7 @@ A verdict says what a real run meets, so it needs the reach (how far a run gets;
 ``docs/glossary.md#reach``) as well as the first failing length:
 
 * **fails loudly**: a run reaches a step that raises (torch's shape or index error, the engine's
-  own host check): the server stops with an error;
+  own host check, numpy's error on the step's scheduled counts): the server stops with an error;
 * **fails silently**: a run reaches a step that raises nothing but reads or writes past a buffer
   (``silent-overread``, ``silent-overwrite``): wrong tokens, or another request's KV corrupted;
 * **fails past reach**: a step fails, but only at lengths past what a run reaches (a margin);
