@@ -311,7 +311,10 @@ def test_the_46074_command_is_parsed_and_resolved(engine: str, cap_source: str) 
     assert (d.model_path, g.context_len, g.page_size, g.draft_tokens) == ("zai-org/GLM-5-FP8", 350000, 64, 1)
     assert d.extra["method"] == "mtp" and d.extra["lookahead"] == 1  # the scheduler's k for MTP
     assert d.extra["dcp_size"] == 1 and d.extra["max_num_batched_tokens"] == 8192  # the server default, >= 70 GiB
-    assert d.launch_names == ("dsa-indexer", "v1-block-table")
+    # the release turns asynchronous scheduling and prefix caching on by itself: the waiting pad's row too
+    assert d.settings["scheduler_config.async_scheduling"].value is True
+    assert d.settings["cache_config.enable_prefix_caching"].value is True
+    assert d.launch_names == ("dsa-indexer", "v1-block-table", "v1-waiting-pad")
     assert d.reach_rule.cap_offset == 1 and d.reach_rule.overshoot == 0 and d.reach_rule.clamps_reads
     assert d.reach_rule.sources["committed_cap"].endswith(cap_source)
     assert d.settings["max_model_len"].origin == "given" and d.settings["model_config.max_model_len"].value == 350000
