@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends import vllm_v1_waiting_pad as pad
-from workbench.engines import conformance_vllm, learned, vllm_releases, wheels
+from workbench.engines import conformance_vllm, learn_apart
 from workbench.engines import learn_rules as lr
-from workbench.engines.learn import LearnError
-from workbench.engines.learn_session import Session, SessionDied
+from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-pad 1"  # raise when what is learned or how changes
 FUNCTION = "Scheduler.schedule (a prompt sent again, padded to 1 + k)"
@@ -116,20 +115,6 @@ def section(session: Session, count: int, say: Progress) -> dict[str, Any]:
 
 def learn(engine: str, *, progress: Progress, root: Path, count: int = 200) -> Path | None:
     """Section ``pad`` of ``engine``'s learned file (None: already learned from this wheel)."""
-    say: Progress = lambda line: progress(f"{engine}: {line}")  # noqa: E731
-    try:
-        install = wheels.fetch(engine, progress=say)
-    except wheels.FetchError as error:
-        raise LearnError(str(error)) from None
-    if learned.is_current(engine, ("pad",), LEARNER, install.wheel.get("sha256", ""), root=root):
-        say(f"pad: already learned from this wheel by {LEARNER}: skipped")
-        return None
-    try:
-        opened, _ = conformance_vllm.open_session(install, say)
-        with opened as session:
-            content = section(session, count, say)
-    except (RuntimeError, SessionDied) as error:
-        raise LearnError(str(error)) from None
-    path = learned.write_section(engine, "pad", content, root=root, wheel=install.wheel)
-    vllm_releases.clear()
-    return path
+    return learn_apart.learn_section(engine, "pad", LEARNER,
+                                     lambda session, located, say: section(session, count, say),
+                                     progress=progress, root=root)
