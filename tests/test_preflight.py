@@ -353,6 +353,20 @@ def test_the_46074_report_fails_on_0230_and_runs_on_0330() -> None:
     assert status == 1
 
 
+@vllm
+def test_an_eager_launch_keeps_the_rows_of_buffers_the_eager_path_reads() -> None:
+    """--enforce-eager captures no graph, but the indexer's metadata builder fills its buffer in
+    every build() and the scheduler and KV cache manager step alike: the same rows, the same
+    failure, and a SAFE that says the rows are all eager-path buffers."""
+    graphs, eager = (check(VLLM_46074 + extra, engine="vllm==0.23.0") for extra in ("", " --enforce-eager"))
+    assert eager.deployment is not None and eager.deployment.graphs is False
+    seen = [(r.backend, r.first_failing, r.outcome, r.message) for r in eager.rows]
+    assert seen == [(r.backend, r.first_failing, r.outcome, r.message) for r in graphs.rows] and eager.status == FAILS
+    after = check(VLLM_46074 + " --enforce-eager", engine="vllm==0.33.0")
+    assert after.status == SAFE and after.verdict.endswith("[graphs disabled: each row is a buffer the eager path reads too]")
+    assert {r.backend for r in after.rows} == {"vllm-indexer-block-table", "vllm-v1-block-table", "vllm-v1-waiting-pad"}
+
+
 # ---- input forms, output forms ---------------------------------------------------------------------
 
 

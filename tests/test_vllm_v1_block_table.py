@@ -175,6 +175,10 @@ def test_v1_ngram_under_082_fails_where_the_drafts_pass_the_row() -> None:
     assert result.status == FAILS
     assert any("caps no running request's new tokens" in note for note in result.deployment.notes)
     assert result.deployment.settings["overshoot"].origin == "workbench"
+    # the assertion is the KV cache manager's: a launch without graphs meets it at the same length
+    eager = check(command + " --enforce-eager", engine=OLD, progress=None)
+    assert [(r.backend, r.first_failing, r.outcome) for r in eager.rows] == [(v1.NAME, 2045, "host-assert")]
+    assert eager.status == FAILS and eager.deployment is not None and not eager.deployment.graphs
 
 
 def test_a_launch_without_a_case_says_why() -> None:

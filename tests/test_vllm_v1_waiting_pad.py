@@ -145,6 +145,10 @@ def test_an_async_speculative_launch_under_a_padding_release_fails_at_the_bounda
     assert (row.first_failing, row.outcome, row.reachable) == (1008, "host-error", True)
     assert row.conditions and "a prompt of 1009 tokens sent again" in row.conditions[0]
     assert result.status == FAILS and "needs: a prompt of 1009 tokens sent again" in result.verdict
+    # the scheduler pads and the runner repeats whether or not a graph was captured
+    eager = check(ASYNC_NGRAM + " --enforce-eager", engine=PADS, progress=None)
+    (eager_row,) = [r for r in eager.rows if r.backend == pad.NAME]
+    assert (eager_row.first_failing, eager_row.outcome) == (1008, "host-error") and eager.status == FAILS
     # without prefix caching no prompt is padded: no row
     plain = check(ASYNC_NGRAM + " --no-enable-prefix-caching", engine=PADS, progress=None)
     assert not [r for r in plain.rows if r.backend == pad.NAME] and plain.status == SAFE

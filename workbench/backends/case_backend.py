@@ -101,6 +101,9 @@ class CaseBackend(ABC, Generic[C]):
     scan_is_request_length: bool = True
     atlas_mode: str = "decode"  # the graph mode its seed deployments replay
     launch_names: tuple[str, ...] = ()  # what a resolved launch names when it sets this buffer up (preflight)
+    # Whether the eager path reads the buffer too (a scheduler's or a metadata builder's, filled every
+    # step with or without a captured graph): a launch with graphs disabled still gets its row.
+    eager_path: bool = False
 
     def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> C | None:
         """The case a deployment launched under ``engine`` replays every step, or None where the

@@ -222,6 +222,7 @@ class IndexerBlockTableBackend(CaseBackend[IndexerCase]):
     scan_field = "max_model_len"
     scan_is_request_length = False  # another max_model_len is another deployment
     launch_names = ("dsa-indexer",)  # the launch sets it up for a DSA model (preflight's resolve_vllm)
+    eager_path = True  # the metadata builder fills it in every build(), graph or not (indexer.py 467 in 0.23.0)
 
     def launch_case(self, engine: str, max_model_len: int, block_size: int, extra: Mapping[str, object]) -> IndexerCase | None:
         """A decode step of two requests, one with its lookahead's query rows (``1 + k``) and one with

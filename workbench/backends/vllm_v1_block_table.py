@@ -187,6 +187,7 @@ class V1BlockTableBackend(CaseBackend[V1StepCase]):
     scan_label = "seq_len"  # the search runs one request
     boundary_rejects = ("seq_lens",)
     launch_names = ("v1-block-table",)  # every V1 launch on a CUDA GPU (preflight's resolve_vllm)
+    eager_path = True  # allocate_slots and the worker's block table serve eager steps alike
     seeds = (SEED_V082_NGRAM,)
 
     def launch_case(self, engine: str, max_model_len: int, block_size: int,

@@ -137,6 +137,7 @@ class WaitingPadBackend(CaseBackend[PadCase]):
     boundary_rejects = ("prompt_lens",)
     # V1 launches on a CUDA GPU with speculative decoding, asynchronous scheduling and prefix caching
     launch_names = ("v1-waiting-pad",)
+    eager_path = True  # the scheduler pads, and the runner repeats a negative count, with or without graphs
     seeds = (SEED_V025_PAD,)
 
     def launch_case(self, engine: str, max_model_len: int, block_size: int,

@@ -39,6 +39,7 @@ from workbench.preflight.rows import (
     allocator_rows,
     case_rows,
     declined,
+    graph_only,
     pooled_rows,
     reservation_rows,
     table_rows,
@@ -173,8 +174,10 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
                                 "neighbour's row takes the spill)"}.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
                        f"{first.outcome} in {where}{_conditions(deployment, first, rows)}")
-    if not deployment.graphs:
-        return UNDECIDED, "UNDECIDED: graphs are disabled: the eager path's tables are not modelled"
+    if not deployment.graphs and (missing or not rows):
+        what = f" ({', '.join(missing)})" if missing else ""
+        shown = "; the rows shown do not fail" if rows else ""
+        return UNDECIDED, f"UNDECIDED: graphs are disabled: the eager path's tables{what} are not modelled{shown}"
     if missing:
         shown = "; the rows shown do not fail" if rows else ""
         return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.choice.asked} sets up for "
@@ -184,6 +187,8 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
             return UNDECIDED, f"UNDECIDED: no row could be built: {'; '.join(gaps)}"
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"
     status, verdict = _safe_verdict(deployment, rows)
+    if not deployment.graphs:  # every buffer it sets up is one the eager path reads too
+        verdict += " [graphs disabled: each row is a buffer the eager path reads too]"
     if gaps:  # a buffer the deployment sets up whose row could not be built: the SAFE says so
         verdict += f" [not checked: {'; '.join(gaps)}]"
     return status, verdict
@@ -224,12 +229,12 @@ def _assumed(deployment: Deployment, rows: Sequence[Row]) -> str:
 
 def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str], int, str]:
     rows, notes = table_rows(deployment, device) if deployment.graphs else ([], [])
-    rows += case_rows(deployment, device) if deployment.graphs else []
+    rows += case_rows(deployment, device)  # graphs disabled: the buffers the eager path reads too
     rows += pooled_rows(deployment, device)
     rows += reservation_rows(deployment, device)
     rows += allocator_rows(deployment, device)
-    missing = unmodelled(deployment) if deployment.graphs else []
-    status, verdict = _verdict(deployment, rows, missing, declined(deployment) if deployment.graphs else ())
+    missing = unmodelled(deployment) if deployment.graphs else graph_only(deployment)
+    status, verdict = _verdict(deployment, rows, missing, declined(deployment))
     return rows, notes, status, verdict
 
 

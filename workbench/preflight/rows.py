@@ -196,11 +196,12 @@ def table_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str
 
 def _launched_case_backends(deployment: Deployment) -> list[backends.CaseBackend[Any]]:
     """The case backends of the engine, or of the platform plugin that resolved the launch
-    (vllm-ascend's drafter, for vLLM on an NPU), whose launch names the deployment sets up."""
+    (vllm-ascend's drafter, for vLLM on an NPU), whose launch names the deployment sets up; with
+    graphs disabled, those whose buffer the eager path reads too."""
     names = set(deployment.launch_names)
     plugin = str(deployment.extra.get("platform_plugin") or "").split("==", 1)[0]
     engines = {deployment.version.family, plugin} - {""}
-    return [b for b in backends.CASE_BACKENDS if b.engine in engines
+    return [b for b in backends.CASE_BACKENDS if b.engine in engines and (deployment.graphs or b.eager_path)
             and b.device_family == deployment.device_family and names & set(b.launch_names)]
 
 
@@ -362,6 +363,13 @@ def declined(deployment: Deployment) -> list[str]:
     return [f"{b.name}: {b.launch_gap(deployment.version.engine, deployment.extra)}"
             for b in _launched_case_backends(deployment)
             if b.launch_case(deployment.version.engine, g.context_len, g.page_size, deployment.extra) is None]
+
+
+def graph_only(deployment: Deployment) -> list[str]:
+    """What a launch with graphs disabled sets up that no backend of the eager path models (its
+    captured tables do not exist; what the eager path builds in their place is not modelled)."""
+    covered = {n for b in _launched_case_backends(deployment) for n in b.launch_names}
+    return [n for n in deployment.launch_names if n not in covered]
 
 
 def unmodelled(deployment: Deployment) -> list[str]:
