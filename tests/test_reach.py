@@ -113,7 +113,9 @@ def test_overshoot_is_a_what_if() -> None:
     assert "what-if" in where.why
 
 
-def test_vllm_caps_at_max_model_len_minus_one_without_overshoot() -> None:
+def test_vllm_launches_without_a_measured_scheduler_take_the_constant_read() -> None:
+    """V0 and platform-plugin launches: ``max_model_len - 1`` read from the source, no overshoot (V1
+    launches take their release's measured scheduler: test_vllm_v1_block_table)."""
     for engine in ("vllm==0.23.0", "vllm==0.33.0"):
         rule = reach_rule(engine)
         assert (rule.cap_offset, rule.overshoot, rule.clamps_reads, rule.scheduler) == (1, 0, True, None)

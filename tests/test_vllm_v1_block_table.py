@@ -19,7 +19,7 @@ import pytest
 
 from workbench.analysis.probe import probe
 from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import learned, wheels
+from workbench.engines import learn_vllm_kv, learned, wheels
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
@@ -37,11 +37,21 @@ def case(engine: str, seq_len: int, drafts: int = 3, length: int = 4096, block: 
 
 
 def test_each_release_learned_the_policy_its_code_has() -> None:
-    """0.8.2's manager preallocates (64 tokens) and its scheduler has no cap; from 0.9.0.1 both cap."""
+    """0.8.2's manager preallocates (64 tokens) and its scheduler has no cap; from 0.9.0.1 both cap:
+    0.9.0.1 at ``max_model_len - c`` (scheduler.py:203-205), from 0.11.0 at ``max_model_len - 1 - c``
+    (0.11.0 scheduler.py:224-226; 0.23.0 413-416), as the lines the learner read beside them say."""
     found = v1.releases()
-    assert found[OLD] == v1.KvRelease("preallocated", 64, False, "none")
-    assert found[NEW] == v1.KvRelease("capped", 0, True, "128-div-block-size")
+    assert found[OLD] == v1.KvRelease("preallocated", 64, "uncapped", "none")
+    assert found[NEW] == v1.KvRelease("capped", 0, "below-limit", "128-div-block-size")
     assert all(r.slots == "capped" and r.scheduler_caps for e, r in found.items() if e != OLD)
+    if "vllm==0.9.0.1" in found:
+        assert found["vllm==0.9.0.1"].scheduler_cap == "to-limit"
+    # the statement the learner read beside each measurement says the same
+    said = {"uncapped": lambda t: t == "", "to-limit": lambda t: "max_model_len - request.num_computed_tokens" in t,
+            "below-limit": lambda t: "- 1 -" in t or "num_sampled_tokens_per_step" in t}
+    for engine, release in found.items():
+        line = (learned.section(engine, "kv") or {})["backends"][v1.NAME]["scheduler_cap"]["line"]["text"] or ""
+        assert said[release.scheduler_cap](" ".join(line.split())), (engine, release.scheduler_cap, line)
 
 
 def test_the_worked_example_asserts_at_the_257th_block() -> None:
@@ -89,13 +99,14 @@ def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None
         assert facts["slots"]["value"] is None and kv["conformance"] == []
         return
     assert facts["slots"]["how"] == "measured" and facts["slots"]["value"] in v1.SLOTS
-    assert facts["scheduler_cap"]["how"] in ("read", "absent")
-    if facts["scheduler_cap"]["how"] == "read":  # the statement read names the length it caps by
-        assert "max_model_len" in facts["scheduler_cap"]["value"] and "num_new_tokens = min(" in facts["scheduler_cap"]["value"]
+    cap = facts["scheduler_cap"]
+    assert cap["how"] == "measured" and cap["value"] in v1.CAPS and cap["states"] >= 48
+    if cap["line"]["text"] is not None:  # the statement read beside it names the length it caps by
+        assert "max_model_len" in cap["line"]["text"] and "min(" in cap["line"]["text"]
     for row in kv["conformance"]:
         assert row["agree"] == row["states"] >= 200, (data["engine"], row["first_disagreement"])
         # the states reach the row's end: the preallocating release asserts on some of them
-    assert kv["conformance"], data["engine"]
+    assert [r["function"] for r in kv["conformance"]] == [learn_vllm_kv.FUNCTION, learn_vllm_kv.STEP]
 
 
 @pytest.mark.engine
@@ -116,11 +127,41 @@ def test_the_allocation_model_agrees_with_the_releases_own_allocate_slots(engine
         answers = conformance_vllm.ask_all(session, "kv_slots", "states", states)
         facts = learned.section(engine, "kv")["backends"][v1.NAME]  # type: ignore[index]
         row = learn_vllm_kv.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
+        steps = conformance_vllm.ask_all(session, "decode_step", "states", [
+            {"max_model_len": 1000, "block_size": 16, "k": 3, "computed": c} for c in STEP_LENGTHS])
+        step_row = learn_vllm_kv.step_row(session, facts, 200, seed=7)
     if engine == OLD:
         assert answers == [{"held": 5}, {"error": v1.ASSERT_ERROR}, {"held": 256}, {"held": 254}]
     else:
         assert answers == [{"held": 1}, {"held": 256}, {"held": 256}, {"held": 251}]
     assert row["agree"] == row["states"] == 200, row["first_disagreement"]
+    assert steps == [_step(engine, c) for c in STEP_LENGTHS]
+    assert step_row["agree"] == step_row["states"] == 200, step_row["first_disagreement"]
+
+
+# Hand-worked from each scheduler's line (max_model_len 1000, 3 drafts): 0.8.2 gives 1 + 3 at any
+# length, 0.23.0 min(4, 1000 - 1 - c); each finishes the request whose sampled token is its 1000th.
+STEP_LENGTHS = (5, 994, 995, 996, 997, 998, 999)
+
+
+def _step(engine: str, computed: int) -> dict[str, Any]:
+    if computed + 1 >= 1000:
+        return {"stopped": True}
+    n = 4 if engine == OLD else min(4, 1000 - 1 - computed)
+    return {"scheduled": n, "drafts": n - 1}
+
+
+@pytest.mark.parametrize("cap", list(v1.CAPS))
+def test_the_step_model_is_each_forms_hand_worked_step(cap: str) -> None:
+    offset = {"uncapped": None, "to-limit": 0, "below-limit": 1}[cap]
+    for computed in STEP_LENGTHS:
+        got = v1.decode_step(cap, 1000, computed, 3)
+        if computed >= 999:
+            assert got == {"stopped": True}
+            continue
+        n = 4 if offset is None else min(4, 1000 - offset - computed)
+        assert got == {"scheduled": n, "drafts": n - 1}
+    assert v1.last_step(cap, 1000, 3) == 998  # the stop, not the cap, ends every form's steps
 
 
 def test_a_release_never_run_takes_its_neighbours_facts_only_where_they_agree() -> None:
@@ -147,7 +188,7 @@ def hf_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.engine
 @pytest.mark.usefixtures("hf_cache")
-def test_a_v1_launch_gets_the_row_and_its_releases_own_scheduler_line() -> None:
+def test_a_v1_launch_gets_the_row_and_its_releases_measured_reach() -> None:
     from workbench.preflight import SAFE, check
 
     result = check(NGRAM, engine=NEW, progress=None)
@@ -156,7 +197,9 @@ def test_a_v1_launch_gets_the_row_and_its_releases_own_scheduler_line() -> None:
     assert [(r.width, r.first_failing, r.outcome) for r in rows] == [(128, None, "ok")]
     assert result.status == SAFE
     overshoot = result.deployment.settings["overshoot"]
-    assert overshoot.source == "vllm/v1/core/sched/scheduler.py:414-416 (vllm==0.23.0)"
+    assert overshoot.origin == "engine" and overshoot.source.startswith(
+        "measured: vllm==0.23.0's Scheduler.schedule and update_from_output")
+    assert rows[0].reach == 2048 - 2  # its scheduler caps at 2048 - 1 - c and stops a request holding 2048
 
 
 @pytest.mark.engine
@@ -172,9 +215,10 @@ def test_v1_ngram_under_082_fails_where_the_drafts_pass_the_row() -> None:
     row = next(r for r in result.rows if r.backend == v1.NAME)
     # committed c, 1 + 3 new tokens: the first c with c + 4 > 128 * 16 = 2048 is 2045
     assert (row.first_failing, row.outcome, row.reachable) == (2045, "host-assert", True)
-    assert result.status == FAILS
-    assert any("caps no running request's new tokens" in note for note in result.deployment.notes)
-    assert result.deployment.settings["overshoot"].origin == "workbench"
+    # the release's check_stop finishes a request holding 2048 tokens: its last step runs at 2046
+    assert row.reach == 2046 and result.status == FAILS
+    assert any("caps no running request's step by max_model_len (measured)" in n for n in result.deployment.notes)
+    assert result.deployment.settings["overshoot"].origin == "engine"
     # the assertion is the KV cache manager's: a launch without graphs meets it at the same length
     eager = check(command + " --enforce-eager", engine=OLD, progress=None)
     assert [(r.backend, r.first_failing, r.outcome) for r in eager.rows] == [(v1.NAME, 2045, "host-assert")]

@@ -27,7 +27,9 @@ Worked example (0.5.23, ctx 32768, a pool larger than the context, so T = 32766)
 draft tokens reaches 32766 - 3 + 16 = 32779 with overlap on and 32764 with it off; EAGLE (5, 4, 8)
 32769 / 32764; EAGLE (3, 1, 4) 32767 / 32764.
 
-vLLM keeps its constant rule (``data/launch_defaults.json``): ``max_model_len - 1``, no overshoot.
+vLLM's V1 launches take their release's measured scheduler (``preflight.resolve_vllm``: the last step
+at ``max_model_len - 2``, no overshoot); V0 and platform-plugin launches keep the constant rule read
+from the source (``data/launch_defaults.json``): ``max_model_len - 1``, no overshoot.
 ``overshoot`` given explicitly is a what-if: the cap ``ctx - 1`` plus that many tokens, for every mode.
 """
 

@@ -18,11 +18,14 @@ section ``kv``):
   manager gives ``preallocate_tokens`` worth of extra blocks but never more than
   ``cdiv(max_model_len, block_size)``, and asserts that a step needing a new block gets one:
   ``assert num_new_blocks > 0`` fails once the request's row is full.
-* ``scheduler_cap`` (read: the scheduler needs a whole engine's outputs to step): the line of
-  ``Scheduler.schedule`` that caps ``n`` by ``max_model_len``. The forms read
-  (``max_model_len - c``, ``max_model_len - 1 - c``, ``max_model_len - c - sampled``) all keep
-  ``c + n <= max_model_len``; the model uses that, the loosest of them, so a state it calls safe
-  is safe under each. 0.8.2's scheduler has no such line: ``n = 1 + d`` at any length.
+* ``scheduler_cap`` (measured, by running ``Scheduler.schedule`` and ``update_from_output`` on a
+  CPU, ``decode_step`` below): what the scheduler gives a running request's step at each
+  committed length ``c``, and where ``check_stop`` finishes the request. Every release finishes a
+  request once it holds ``max_model_len`` tokens, so a step runs at ``c <= max_model_len - 2``;
+  ``n`` is ``1 + d`` capped by one of ``CAPS``: ``uncapped`` (0.8.2: the drafts run past
+  ``max_model_len``), ``to-limit`` (``max_model_len - c``, 0.9.0.1) or ``below-limit``
+  (``max_model_len - 1 - c``, 0.11.0 on; ``max_model_len - c - sampled`` with one token sampled
+  a step in the newest). The line of ``Scheduler.schedule`` that caps is kept beside it.
 
 Worked example (0.8.2, n-gram with 3 drafts, ``max_model_len`` 4096, block size 16): rows of 256
 blocks. A request that has committed 4093 tokens and drafted 3 asks for ``cdiv(4093 + 4, 16) = 257``
@@ -60,6 +63,9 @@ from workbench.model.outcome import Outcome, ProbeResult, invalid
 NAME = "vllm-v1-block-table"
 SECTION = "kv"  # the learned section these facts live in (its own learner: ``learn_vllm.learn_kv``)
 SLOTS = ("capped", "preallocated")
+# How a release's scheduler caps a running request's step of 1 + d tokens at committed length c:
+# the offset o of min(1 + d, max_model_len - o - c), None where it does not.
+CAPS: dict[str, int | None] = {"uncapped": None, "to-limit": 0, "below-limit": 1}
 ASSERT_ERROR = "AssertionError: "  # allocate_slots' ``assert num_new_blocks > 0`` carries no message
 MAX_MODEL_LEN = 1 << 24
 
@@ -70,8 +76,13 @@ class KvRelease:
 
     slots: str  # a key of SLOTS
     preallocate_tokens: int  # extra tokens' worth of blocks a ``preallocated`` manager gives
-    scheduler_caps: bool  # the scheduler keeps c + n <= max_model_len
+    scheduler_cap: str  # a key of CAPS
     table_alignment: str  # a key of ALIGNMENTS
+
+    @property
+    def scheduler_caps(self) -> bool:
+        """Whether the scheduler keeps a step's positions below ``max_model_len``."""
+        return CAPS[self.scheduler_cap] is not None
 
 
 def releases() -> dict[str, KvRelease]:
@@ -80,21 +91,13 @@ def releases() -> dict[str, KvRelease]:
     tables = vllm_releases.learned_facts("vllm-indexer-block-table")
     for engine, facts in vllm_releases.learned_facts(NAME, section_name=SECTION).items():
         alignment = (tables.get(engine, {}).get("table_alignment") or {}).get("value")
-        if facts.get("slots", {}).get("value") not in SLOTS or alignment not in ALIGNMENTS:
+        if (facts.get("slots", {}).get("value") not in SLOTS or alignment not in ALIGNMENTS
+                or facts.get("scheduler_cap", {}).get("value") not in CAPS):
             continue
         found[engine] = KvRelease(
             slots=str(facts["slots"]["value"]), preallocate_tokens=int(facts["preallocate_tokens"]["value"] or 0),
-            scheduler_caps=facts["scheduler_cap"]["value"] is not None, table_alignment=str(alignment))
+            scheduler_cap=str(facts["scheduler_cap"]["value"]), table_alignment=str(alignment))
     return found
-
-
-def scheduler_cap(engine: str) -> dict[str, Any] | None:
-    """The line of ``engine``'s ``Scheduler.schedule`` capping a running request's new tokens by
-    ``max_model_len``, as its ``kv`` section read it (a fact whose value is None where the
-    release has no such line); None where the section was never learned."""
-    facts = vllm_releases.learned_facts(NAME, section_name=SECTION).get(engine)
-    cap = facts.get("scheduler_cap") if facts else None
-    return cap if isinstance(cap, dict) else None
 
 
 def _context_parallel(extra: Mapping[str, object]) -> tuple[int, int]:
@@ -107,6 +110,30 @@ def bracketing_release(engine: str) -> str | None:
     """The measured release whose facts a launch of ``engine`` takes (``vllm_releases.bracketing``):
     None where its KV cache manager was never run (``workbench engines learn vllm==X`` runs it)."""
     return vllm_releases.bracketing(releases(), engine)
+
+
+def scheduled(cap: str, max_model_len: int, computed: int, drafts: int) -> int:
+    """Tokens a scheduler of form ``cap`` gives a running request's step at committed length
+    ``computed``: the sampled one and its ``drafts``, capped."""
+    offset = CAPS[cap]
+    n = 1 + drafts
+    return n if offset is None else max(0, min(n, max_model_len - offset - computed))
+
+
+def decode_step(cap: str, max_model_len: int, computed: int, drafts: int) -> dict[str, Any]:
+    """What ``vllm_buffers.decode_step`` reports of a release whose scheduler caps as ``cap``: the
+    request stops on its sampled token once it holds ``max_model_len`` tokens (``check_stop``),
+    else its next step's tokens and draft tokens."""
+    if computed + 1 >= max_model_len:
+        return {"stopped": True}
+    n = scheduled(cap, max_model_len, computed, drafts)
+    return {"scheduled": n, "drafts": max(0, n - 1)}
+
+
+def last_step(cap: str, max_model_len: int, drafts: int) -> int:
+    """The largest committed length at which a request still gets a step (``decode_step``)."""
+    return max(c for c in range(max(1, max_model_len - 3 - drafts), max_model_len)
+               if decode_step(cap, max_model_len, c, drafts).get("scheduled"))
 
 
 def held_after(slots: str, preallocate_tokens: int, max_model_len: int, block_size: int, held: int,
@@ -158,8 +185,7 @@ class V1StepCase(BackendCase):
 
     def scheduled(self, committed: int) -> int:
         """New tokens the scheduler gives the step: the sampled one and the drafts, capped."""
-        n = 1 + self.drafts
-        return min(n, self.max_model_len - committed) if self.release.scheduler_caps else n
+        return scheduled(self.release.scheduler_cap, self.max_model_len, committed, self.drafts)
 
 
 SEED_V082_NGRAM = CaseSeed(

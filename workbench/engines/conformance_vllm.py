@@ -18,8 +18,9 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
 * each V0 attention backend's ``build`` writing a decode batch's block lists into the graph
   table, against ``write_rows`` with the backend's learned row write;
 * ``KVCacheManager.allocate_slots`` (a request's blocks near ``max_model_len``), against the v1
-  block table backend's ``allocation`` with the release's learned policy (``learn_vllm_kv``; run by
-  ``run_version`` where the release's ``kv`` section was learned);
+  block table backend's ``allocation`` with the release's learned policy, and ``Scheduler.schedule``
+  against its ``decode_step`` with the learned cap (``learn_vllm_kv``; run by ``run_version`` where
+  the release's ``kv`` section was learned);
 * ``Scheduler.schedule`` on a prompt sent again near ``max_model_len`` (the scheduler's padding of a
   waiting request), against the waiting-pad backend's ``first_step`` with the release's learned form
   (``learn_vllm_pad``; where the ``pad`` section was learned).
@@ -337,7 +338,10 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
             from workbench.backends.vllm_v1_block_table import NAME
             from workbench.engines import learn_vllm_kv
 
-            rows.append(learn_vllm_kv.conformance_row(session, kv["backends"][NAME], states, seed))
+            facts = kv["backends"][NAME]
+            rows.append(learn_vllm_kv.conformance_row(session, facts, states, seed))
+            if facts["scheduler_cap"]["how"] == "measured":
+                rows.append(learn_vllm_kv.step_row(session, facts, states, seed))
         waiting = learned.section(engine, "pad")
         if waiting is not None:  # the scheduler's waiting pad, learned apart (learn_vllm_pad)
             from workbench.backends.vllm_v1_waiting_pad import NAME as PAD

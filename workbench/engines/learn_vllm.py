@@ -390,8 +390,7 @@ def _kv_shown(facts: Mapping[str, Any]) -> str:
     """The v1 KV cache manager's policy and whether the scheduler caps ("-": never learned)."""
     if not facts:
         return "-"
-    cap = facts.get("scheduler_cap", {})
-    return f"{_shown(facts.get('slots'))}; scheduler cap {'read' if cap.get('value') else 'none'}"
+    return f"{_shown(facts.get('slots'))}; scheduler {_shown(facts.get('scheduler_cap'))}"
 
 
 def table(engines: list[str]) -> str:

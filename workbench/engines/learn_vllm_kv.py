@@ -10,11 +10,16 @@ adding it did not mean learning every release's other sections again:
   the row's last block;
 * ``preallocate_tokens`` (read): the manager's ``num_preallocate_tokens`` default, which the
   scheduler does not pass (0 where the release has none); the measurement above checks it;
-* ``scheduler_cap`` (read): the statement of ``Scheduler.schedule`` capping a running request's new
-  tokens by ``max_model_len``, with its lines; absent (value None) where the release has none.
+* ``scheduler_cap`` (measured): the one candidate form of ``CAPS`` (``uncapped``, ``to-limit``,
+  ``below-limit``) whose model (``decode_step``) gives, on every one of a set of seeded states,
+  what the release's own ``Scheduler.schedule`` gives a running request's step of one sampled token
+  and ``k`` drafts at committed length ``c``, after its own ``update_from_output`` handed it the
+  prompt's output (and ``check_stop`` may have finished it); most states within ``k + 2`` tokens of
+  ``max_model_len``. The statement of ``Scheduler.schedule`` that caps, where the release has one,
+  is kept beside it (``line``, read).
 
-The section also holds the conformance row of ``allocate_slots`` (the model against the engine on
-those states), which ``workbench conformance --engine vllm==X`` runs again.
+The section also holds the conformance rows of ``allocate_slots`` and of the decode step (the model
+against the engine on other states), which ``workbench conformance --engine vllm==X`` runs again.
 """
 
 from __future__ import annotations
@@ -30,8 +35,12 @@ from workbench.engines import learn_rules as lr
 from workbench.engines.learn_session import Session
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-kv 2"  # raise when what is learned or how changes
+LEARNER = "vllm-kv 3"  # raise when what is learned or how changes
 FUNCTION = "KVCacheManager.allocate_slots (a request's blocks)"
+STEP = "Scheduler.schedule (a running request's drafts near max_model_len)"
+STEP_TASK = "decode_step"
+# Each configuration is one engine config built by the release (seconds each); the lengths vary inside it.
+STEP_CONFIGS = 4
 Progress = Callable[[str], None]
 
 
@@ -50,6 +59,61 @@ def states(count: int, seed: int = 0) -> list[dict[str, int]]:
         found.append({"max_model_len": length, "block_size": block, "computed": max(0, min(computed, length - 2)),
                       "new_tokens": new, "lookahead": lookahead})
     return found
+
+
+def step_states(count: int, seed: int = 0) -> list[dict[str, int]]:
+    """Seeded states ``(max_model_len, block_size, k, computed)`` over ``STEP_CONFIGS``
+    configurations: three in four within ``k + 2`` tokens of the request's last step."""
+    rng = random.Random(f"{seed}:{STEP}")
+    configs = [(rng.randint(64, 8192), rng.choice([16, 16, 32, 64]), rng.randint(1, 7)) for _ in range(STEP_CONFIGS)]
+    found = []
+    for index in range(count):
+        length, block, k = configs[index % STEP_CONFIGS]
+        near = length - 1 - rng.randint(0, k + 2)
+        computed = rng.choice([near, near, near, rng.randint(1, length - 1)])
+        found.append({"max_model_len": length, "block_size": block, "k": k, "computed": max(1, computed)})
+    return found
+
+
+def _step_model(cap: str, facts: dict[str, Any], state: dict[str, int]) -> dict[str, Any]:
+    """The step ``cap``'s scheduler gives, and the KV cache manager's assertion where the step's
+    blocks are past a full row (the learned slots policy: 0.8.2's drafts meet it)."""
+    length, computed = state["max_model_len"], state["computed"]
+    step = v1.decode_step(cap, length, computed, state["k"])
+    if step.get("scheduled") and facts["slots"].get("value") in v1.SLOTS:
+        got = v1.allocation(str(facts["slots"]["value"]), int(facts["preallocate_tokens"]["value"] or 0), length,
+                            state["block_size"], computed, int(step["scheduled"]), 0)
+        if "error" in got:
+            return got
+    return step
+
+
+def step_row(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> dict[str, Any]:
+    """The learned cap's model against the engine's scheduler on ``count`` states."""
+    cap = facts["scheduler_cap"].get("value")
+    if cap is None:
+        return conformance_vllm.skipped(STEP, str(facts["scheduler_cap"].get("finding")
+                                                  or facts["scheduler_cap"].get("reason")))
+    chosen = step_states(count, seed + 1)
+    engine = conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
+    return conformance_vllm.row(STEP, ((s, e, _step_model(str(cap), facts, s)) for s, e in zip(chosen, engine)))
+
+
+def _scheduler_cap(session: Session, facts: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
+    """The measured cap (``facts``: the slots policy measured before it), with the statement read
+    beside it (``line``) where the release has one."""
+    chosen = step_states(48)
+    engine = conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
+    errors = [e["error"] for e in engine if isinstance(e, dict) and "error" in e]
+    if len(errors) == len(engine):  # the release cannot serve such a configuration at all
+        return lr.absent_fact(f"the release does not run the configuration: {errors[0]}",
+                              "vllm.v1.core.sched.scheduler.Scheduler.schedule")
+    results = {cap: conformance_vllm.row(cap, ((s, e, _step_model(cap, facts, s)) for s, e in zip(chosen, engine)))
+               for cap in v1.CAPS}
+    fact = lr.name_candidate(results, function=STEP, found="vllm.v1.core.sched.scheduler.Scheduler.schedule")
+    fact["line"] = ({"text": line["found"], "source": line["source"]} if line.get("found")
+                    else {"text": None, "searched": line.get("searched", "Scheduler.schedule")})
+    return fact
 
 
 def _model(policy: str, preallocate: int, state: dict[str, int]) -> dict[str, Any]:
@@ -80,20 +144,20 @@ def learn_facts(session: Session, located: dict[str, Any], say: Progress) -> dic
     results = {policy: conformance_vllm.row(policy, ((s, e, _model(policy, preallocate, s)) for s, e in zip(chosen, engine)))
                for policy in v1.SLOTS}
     slots = lr.name_candidate(results, function=found["found"], found=found["source"])
-    cap = found["scheduler_cap"]
-    scheduler = ({"value": cap["found"], "how": "read", "source": cap["source"],
-                  "reason": "the scheduler steps only on a whole engine's outputs: its line is read"}
-                 if cap.get("found") else lr.absent_fact("Scheduler.schedule caps no new tokens by max_model_len",
-                                                         cap.get("searched", "Scheduler.schedule")))
-    say(f"kv slots: {slots['value'] or slots.get('finding')}; scheduler cap: {cap.get('found') or 'none'}")
-    return {"slots": slots, "scheduler_cap": scheduler,
-            "preallocate_tokens": {"value": preallocate, "how": "read", "source": found["init_source"],
-                                   "reason": "the default of num_preallocate_tokens, which the scheduler leaves as it is"}}
+    facts = {"slots": slots,
+             "preallocate_tokens": {"value": preallocate, "how": "read", "source": found["init_source"],
+                                    "reason": "the default of num_preallocate_tokens, which the scheduler leaves as it is"}}
+    facts["scheduler_cap"] = _scheduler_cap(session, facts, found["scheduler_cap"])
+    cap = facts["scheduler_cap"]
+    say(f"kv slots: {slots['value'] or slots.get('finding')}; "
+        f"scheduler cap: {cap['value'] or cap.get('finding') or cap.get('reason')}")
+    return facts
 
 
 def section(session: Session, located: dict[str, Any], count: int, say: Progress) -> dict[str, Any]:
     facts = learn_facts(session, located, say)
     rows = [conformance_row(session, facts, count)] if facts["slots"]["how"] == "measured" else []
+    rows += [step_row(session, facts, count)] if facts["scheduler_cap"]["how"] == "measured" else []
     for r in rows:
         say(f"conformance {r['function']}: {r['agree']} of {r['states']} agree")
     return {"learner": LEARNER, "backends": {v1.NAME: facts}, "conformance": rows}

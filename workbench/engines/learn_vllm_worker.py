@@ -10,7 +10,9 @@ release (``vllm_loader``), then answers one JSON task per line (``learn_session`
 * ``indexer_fill`` / ``v0_rows``: what the release's fill does on each of ``states``;
 * ``kv_slots``: the blocks the v1 KV cache manager gives a request at each of ``states``;
 * ``waiting_pad``: what the release's own scheduler schedules for a prompt sent again near
-  ``max_model_len`` (``vllm_buffers.waiting_pad``), at each of ``states``.
+  ``max_model_len`` (``vllm_buffers.waiting_pad``), at each of ``states``;
+* ``decode_step``: whether the release stops a running request at a length, and what its scheduler
+  gives the request's next step with drafts (``vllm_buffers.decode_step``), at each of ``states``.
 
 A task that fails answers ``{"error": one line}``; a point that fails answers its error in place.
 """
@@ -52,6 +54,14 @@ REFERENCE_LLAMA = {
     "max_position_embeddings": 8192, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
 }
 REFERENCE_MODELS = {"dsa": REFERENCE_DSA, "llama": REFERENCE_LLAMA}
+# A tokenizer of two words, beside the Llama's config: releases whose scheduler's structured-output
+# manager loads the model's tokenizer whatever --skip-tokenizer-init says (0.9.x) find one.
+REFERENCE_TOKENIZER = {
+    "tokenizer.json": {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+                       "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+                       "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "a": 1}, "unk_token": "<unk>"}},
+    "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>"},
+}
 
 
 def _one_line(error: BaseException) -> str:
@@ -76,7 +86,7 @@ class Worker:
         self.folder = Path(tempfile.mkdtemp(prefix="workbench-learn-vllm-"))
         self.adapter: Any = None
         self.indexer: Any = None
-        self.pad_configs: dict[tuple[int, int, int], Any] = {}
+        self.configs: dict[tuple[Any, ...], Any] = {}  # engine configs built, by what they were built for
 
     def _adapter(self) -> Any:
         if self.adapter is None:
@@ -124,6 +134,8 @@ class Worker:
         if not folder.exists():
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps(REFERENCE_MODELS[kind]))
+            for name, content in (REFERENCE_TOKENIZER.items() if kind == "llama" else ()):
+                (folder / name).write_text(json.dumps(content))
         return str(folder)
 
     def locate(self, task: dict[str, Any]) -> dict[str, Any]:
@@ -184,21 +196,54 @@ class Worker:
         from workbench.engines import vllm_buffers
 
         def one(state: dict[str, Any]) -> dict[str, Any]:
-            key = (state["max_model_len"], state["block_size"], state["k"])
-            if key not in self.pad_configs:  # an engine config takes seconds: the states share a few
-                speculative = json.dumps({"method": "ngram_gpu", "num_speculative_tokens": state["k"],
-                                          "prompt_lookup_max": 3, "prompt_lookup_min": 1})
-                try:
-                    self.pad_configs[key] = self._adapter().engine_config([
-                        self._model("llama"), "--max-model-len", str(state["max_model_len"]), "--block-size",
-                        str(state["block_size"]), "--enable-prefix-caching", "--async-scheduling",
-                        "--skip-tokenizer-init", "--speculative-config", speculative])
-                except Exception as error:  # noqa: BLE001 - the release's refusal answers every state of it
-                    self.pad_configs[key] = error
-            config = self.pad_configs[key]
-            if isinstance(config, Exception):  # its message names the model's temporary folder: not kept
-                return {"error": _one_line(config).replace(self._model("llama"), "<reference llama>")}
+            speculative = json.dumps({"method": "ngram_gpu", "num_speculative_tokens": state["k"],
+                                      "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+            config = self._config(("pad", state["max_model_len"], state["block_size"], state["k"]), [[
+                "--max-model-len", str(state["max_model_len"]), "--block-size", str(state["block_size"]),
+                "--enable-prefix-caching", "--async-scheduling", "--skip-tokenizer-init",
+                "--speculative-config", speculative]])
+            if isinstance(config, Exception):
+                return self._refused(config)
             return vllm_buffers.waiting_pad(copy.deepcopy(config), state["prompt_len"])
+
+        return self._points(one, [[s] for s in task["states"]])
+
+    def _config(self, key: tuple[Any, ...], variants: list[list[str]]) -> Any:
+        """The engine config the release builds from the first of ``variants`` (argument lists on the
+        reference Llama) its parser takes, kept under ``key``; the last refusal where none is taken."""
+        if key not in self.configs:  # an engine config takes seconds: the states share a few
+            found: Any = None
+            for argv in variants:
+                try:
+                    found = self._adapter().engine_config([self._model("llama"), *argv])
+                    break
+                except Exception as error:  # noqa: BLE001 - the release's refusal answers every state of it
+                    found = error
+            self.configs[key] = found
+        return self.configs[key]
+
+    def _refused(self, error: Exception) -> dict[str, Any]:
+        """A refused configuration's one line (its message names the model's temporary folder: not kept)."""
+        return {"error": _one_line(error).replace(self._model("llama"), "<reference llama>")}
+
+    def decode_step(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Each state's ``vllm_buffers.decode_step`` on the reference Llama, served with ``k`` tokens
+        of the ``ngram`` drafter, synchronous scheduling (``--no-async-scheduling`` where the parser
+        has it) and no prefix caching."""
+        from workbench.engines import vllm_buffers
+
+        def one(state: dict[str, Any]) -> dict[str, Any]:
+            speculative = json.dumps({"method": "ngram", "num_speculative_tokens": state["k"],
+                                      "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+            argv = ["--max-model-len", str(state["max_model_len"]), "--block-size", str(state["block_size"]),
+                    "--no-enable-prefix-caching", "--skip-tokenizer-init", "--speculative-config", speculative]
+            config = self._config(("decode", state["max_model_len"], state["block_size"], state["k"]),
+                                  [[*argv, "--no-async-scheduling"], argv])
+            if isinstance(config, Exception):
+                return self._refused(config)
+            if getattr(config.scheduler_config, "async_scheduling", False):
+                return {"error": "the release schedules this configuration asynchronously"}
+            return vllm_buffers.decode_step(copy.deepcopy(config), state["computed"], state["k"])
 
         return self._points(one, [[s] for s in task["states"]])
 

@@ -36,6 +36,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from workbench.model.geometry import cdiv
 
 BLOCK_TABLE = "vllm.v1.worker.block_table"
@@ -473,17 +475,11 @@ def kv_slots(max_model_len: int, block_size: int, computed: int, new_tokens: int
     return {"held": len(first)}
 
 
-def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
-    """What the release's own scheduler schedules for a prompt sent again, all but its last token in
-    the prefix cache, beside a running decode (vLLM PR 53962's state): ``{"scheduled": [the new
-    request's tokens at each of ``steps`` schedules, 0 where it got none], "computed": [its
-    num_computed_tokens after each]}``, or ``{"error": ...}``. ``config`` is a ``VllmConfig`` with
-    prefix caching and speculative decoding; asynchronous scheduling takes ``AsyncScheduler``, which
-    schedules the next step before the last one's output comes back, as the engine core does.
-
-    The prompt is first scheduled whole for a request aborted at once (its full blocks stay cached),
-    and a short request is admitted, so that the prompt's second request arrives while a decode runs."""
-    scheduler_module = importlib.import_module("vllm.v1.core.sched.scheduler")
+def _scheduler(config: Any, *, hashed: bool) -> tuple[Any, Any]:
+    """The release's own ``Scheduler`` (``AsyncScheduler`` where ``config`` schedules
+    asynchronously, as the engine core picks it) over a pool that never runs dry, and a maker of
+    requests built by its own ``Request`` (``hashed``: with the block hasher prefix caching needs)."""
+    scheduler_module = importlib.import_module(SCHEDULER)
     cls = scheduler_module.Scheduler
     if getattr(config.scheduler_config, "async_scheduling", False):
         cls = importlib.import_module("vllm.v1.core.sched.async_scheduler").AsyncScheduler
@@ -494,9 +490,10 @@ def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
     known: dict[str, Any] = {"vllm_config": config, "kv_cache_config": _kv_cache_config(block_size, num_blocks),
                              "structured_output_manager": outputs.StructuredOutputManager(config),
                              "block_size": block_size, "log_stats": False, "include_finished_set": False}
+    for part in ("scheduler_config", "model_config", "cache_config", "lora_config", "speculative_config"):
+        known[part] = getattr(config, part)  # 0.8.x takes the config's parts, not the whole
     scheduler = cls(**_fill(scheduler_module.Scheduler, known))  # AsyncScheduler takes the Scheduler's arguments
-    hasher = _block_hasher(config, block_size)
-    prompt = [(7 * i + 3) % 30000 + 1 for i in range(prompt_len)]
+    hasher = _block_hasher(config, block_size) if hashed else None
     request_module = importlib.import_module("vllm.v1.request")
     sampling = importlib.import_module("vllm.sampling_params").SamplingParams
 
@@ -508,10 +505,30 @@ def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
                                 "block_hasher": hasher}
         return request_module.Request(**_fill(request_module.Request, made))
 
+    return scheduler, request
+
+
+def _tokens(count: int, first: int = 0) -> list[int]:
+    return [(7 * (first + i) + 3) % 30000 + 1 for i in range(count)]
+
+
+def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
+    """What the release's own scheduler schedules for a prompt sent again, all but its last token in
+    the prefix cache, beside a running decode (vLLM PR 53962's state): ``{"scheduled": [the new
+    request's tokens at each of ``steps`` schedules, 0 where it got none], "computed": [its
+    num_computed_tokens after each]}``, or ``{"error": ...}``. ``config`` is a ``VllmConfig`` with
+    prefix caching and speculative decoding; asynchronous scheduling takes ``AsyncScheduler``, which
+    schedules the next step before the last one's output comes back, as the engine core does.
+
+    The prompt is first scheduled whole for a request aborted at once (its full blocks stay cached),
+    and a short request is admitted, so that the prompt's second request arrives while a decode runs."""
+    scheduler, request = _scheduler(config, hashed=True)
+    finished = importlib.import_module("vllm.v1.request").RequestStatus.FINISHED_ABORTED
+    prompt = _tokens(prompt_len)
     try:
         scheduler.add_request(request("warm", list(prompt), 1))
         scheduler.schedule()
-        scheduler.finish_requests("warm", request_module.RequestStatus.FINISHED_ABORTED)
+        scheduler.finish_requests("warm", finished)
         scheduler.add_request(request("running", [30001 + i for i in range(16)], 1 << 16))
         scheduler.schedule()
         again = request("again", list(prompt), 1 << 16)
@@ -524,6 +541,54 @@ def waiting_pad(config: Any, prompt_len: int, steps: int = 3) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
         return {"error": f"{type(error).__name__}: {str(error).strip()}"}
     return {"scheduled": scheduled, "computed": computed}
+
+
+def decode_step(config: Any, computed: int, drafts: int) -> dict[str, Any]:
+    """What the release does with a request whose prompt of ``computed`` tokens has been computed,
+    one token sampled and ``drafts`` tokens drafted: ``{"stopped": True}`` where its own
+    ``update_from_output`` (``check_stop``) finishes the request on that sampled token, else
+    ``{"scheduled": n, "drafts": d}``, the tokens and draft tokens its own ``Scheduler.schedule``
+    gives the request's next step; or ``{"error": ...}``. ``config`` schedules synchronously (every
+    step's output back before the next step is formed), as the engine core then does.
+
+    The prompt is scheduled (in chunks where the token budget asks) and each step's output handed
+    to ``update_from_output``, as a model runner's would be: one sampled token a step (dropped by
+    the scheduler until the prompt is computed), the drafts with the step that completes it."""
+    scheduler, request = _scheduler(config, hashed=False)
+    made = request("r", _tokens(computed), 1 << 30)
+    token = _tokens(1, computed)[0]
+    try:
+        scheduler.add_request(made)
+        given = 0
+        while not made.output_token_ids:
+            output = scheduler.schedule()
+            step = int(output.num_scheduled_tokens.get("r", 0))
+            if step == 0:
+                return {"error": f"the prompt was not scheduled after {given} of its {computed} tokens"}
+            given += step
+            _hand_back(scheduler, output, token, _tokens(drafts, computed + 1) if given >= computed else [])
+        if made.is_finished():
+            return {"stopped": True}
+        output = scheduler.schedule()
+    except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
+        return {"error": f"{type(error).__name__}: {str(error).strip()}"}
+    return {"scheduled": int(output.num_scheduled_tokens.get("r", 0)),
+            "drafts": len((output.scheduled_spec_decode_tokens or {}).get("r", []))}
+
+
+def _hand_back(scheduler: Any, scheduled: Any, token: int, drafts: list[int]) -> None:
+    """A model runner's output for request ``r``'s step, given to the scheduler as the engine core
+    gives it: one sampled token, and the drafts (in the output before 0.9.x's ``update_draft_token_ids``)."""
+    outputs = importlib.import_module("vllm.v1.outputs")
+    cls = outputs.ModelRunnerOutput
+    kind = next((str(f.type) for f in dataclasses.fields(cls) if f.name == "sampled_token_ids"), "")
+    sampled: Any = [np.array([token])] if "ndarray" in kind else [[token]]  # 0.11.x: one array per request
+    known: dict[str, Any] = {"req_ids": ["r"], "req_id_to_index": {"r": 0}, "sampled_token_ids": sampled,
+                             "spec_token_ids": [drafts], "logprobs": None, "prompt_logprobs_dict": {},
+                             "pooler_output": [None]}
+    scheduler.update_from_output(scheduled, cls(**_fill(cls, known)))
+    if "spec_token_ids" not in inspect.signature(cls).parameters and drafts:
+        scheduler.update_draft_token_ids(outputs.DraftTokenIds(["r"], [drafts]))
 
 
 def _block_hasher(config: Any, block_size: int) -> Any:

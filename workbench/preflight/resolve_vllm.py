@@ -7,7 +7,9 @@ choice where the release makes it per backend), the speculative method and its t
 KV slots its scheduler reserves past a request (``num_lookahead_tokens``), the decode
 context-parallel size, the batch limits, whether graphs are on, and, for the V0 engine, its
 capture length and the attention backend its model runner selects. The reach near the length
-limit (the scheduler's cap) is read from the release's source (``data/launch_defaults.json``).
+limit is the release's own, measured: where the step stops (``check_stop``) and how its scheduler
+caps a running request's drafts (section ``kv``, ``learn_vllm_kv``); a V0 launch or a platform
+plugin's takes the constant read from the source (``data/launch_defaults.json``).
 
 What sets tables up (``launch_names``): a DSA model has the sparse indexer's expanded block table
 (``"dsa-indexer"``), the V0 engine its graph block tables (``"v0-graph-block-tables"``), a drafter of
@@ -24,8 +26,8 @@ asynchronous scheduling and prefix caching also gets the scheduler's padding of 
 
 from __future__ import annotations
 
-from workbench.analysis.reach import reach_rule
-from workbench.backends.vllm_v1_block_table import scheduler_cap
+from workbench.analysis.reach import ReachRule, reach_rule
+from workbench.backends import vllm_v1_block_table as v1_table
 from workbench.engines.launch_adapters import ENGINE, WORKBENCH, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
@@ -93,23 +95,18 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     for flag in resolution.flags:  # what the command gave for them, beside what the engine made of it
         if flag.dest in MODELLED_FLAGS and flag.dest not in s.items:
             s.take(flag.dest)
-    rule = reach_rule(context.version)
-    source = rule.sources.get("overshoot", "")
     v1 = v0_backend is None and plugin is None
-    own = scheduler_cap(context.choice.release) if v1 else None
-    uncapped = own is not None and not own["value"]
-    if own is not None and own["value"]:  # the release's own line, where its kv section read it
-        source = f"{own['source']} ({context.choice.release})"
-    elif uncapped:  # no line to cite: the committed lengths the rows take are the workbench's
-        source = ""
-        s.notes.append(f"{context.choice.release}'s Scheduler.schedule caps no running request's new tokens by "
-                       f"max_model_len ({own.get('searched', '') if own else ''}): a step's drafts reach past it; the "
-                       "vllm-v1-block-table row models that step")
+    measured = v1_table.bracketing_release(context.choice.release) if v1 else None
+    rule = reach_rule(context.version) if measured is None else _measured_reach(measured, max_model_len, k)
+    cap = v1_table.releases()[measured].scheduler_cap if measured else None
+    if cap == "uncapped":
+        s.notes.append(f"{measured}'s Scheduler.schedule caps no running request's step by max_model_len (measured): "
+                       "a step's drafts reach past it; the vllm-v1-block-table row models that step")
     if context.overshoot is not None and context.overshoot != rule.overshoot:
-        why = "the vllm-v1-block-table row models its steps" if uncapped else \
-            f"it schedules no position past max_model_len - 1 ({source})"
+        why = "the vllm-v1-block-table row models its steps" if cap == "uncapped" else \
+            f"its scheduler carries no committed token past its cap ({rule.sources['overshoot']})"
         s.notes.append(f"--overshoot {context.overshoot} ignored: {context.choice.release}: {why}")
-    s.add("overshoot", rule.overshoot, "read" if source else WORKBENCH, source or "the workbench's reach rule")
+    s.add("overshoot", rule.overshoot, ENGINE if measured else "read", rule.sources["overshoot"])
     geometry = check_geometry(context_len=max_model_len, page_size=block_size, draft_tokens=k, spec_steps=max(k, 1),
                               spec_topk=1, max_bs=max_num_seqs, width_gen="g1")
     names: tuple[str, ...] = ()
@@ -135,3 +132,15 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     family = "ascend-npu" if context.gpu.platform == "npu" else "cuda"
     return Deployment(context.version, context.command, context.choice, model.path, model, family, geometry, names, modes,
                       not eager, rule, s.rest(resolution.flags), resolution.flags, (*resolution.notes, *s.notes), extra)
+
+
+def _measured_reach(release: str, max_model_len: int, drafts: int) -> ReachRule:
+    """The reach of a V1 launch from ``release``'s measured scheduler: the last committed length at
+    which its ``decode_step`` still runs a step (the request stops on holding ``max_model_len``
+    tokens), no committed token past it, and reads clamped where the KV manager caps the slots."""
+    kv = v1_table.releases()[release]
+    last = v1_table.last_step(kv.scheduler_cap, max_model_len, drafts)
+    how = f"measured: {release}'s Scheduler.schedule and update_from_output (its kv section)"
+    return ReachRule(engine=release, cap_offset=max_model_len - last, overshoot=0, clamps_reads=kv.slots == "capped",
+                     sources={"committed_cap": f"{how}: the last step runs at max_model_len - {max_model_len - last}",
+                              "overshoot": how, "lookahead_clamp": f"measured: {release}'s allocate_slots ({kv.slots})"})
