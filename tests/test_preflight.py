@@ -202,6 +202,25 @@ def test_vllm_ascend_with_only_a_release_candidate_reads_the_command_through_it(
 
 
 @vllm
+def test_a_plugin_release_published_only_as_source_is_read_from_its_sdist() -> None:
+    """vllm-ascend 0.30.0rc2 has no wheel, only vllm_ascend-0.30.0rc2.tar.gz: its Python files and
+    egg-info (the vllm.platform_plugins entry point) are unpacked from it, and vLLM 0.30.0 resolves the
+    command through it; its drafter resets seq_len (llm_base_proposer.py:2078, the learned fact)."""
+    for engine in ("vllm==0.30.0", "vllm-ascend==0.30.0rc2"):
+        if wheels.cached(engine) is None:
+            pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines fetch {engine})")
+    assert wheels.cached("vllm-ascend==0.30.0rc2").wheel["file"] == "vllm_ascend-0.30.0rc2.tar.gz"  # type: ignore[union-attr]
+    # (0.30.0 loads Qwen3.5's tokenizer, which the test cache does not hold: DeepSeek-V3's MTP instead)
+    command = ("export HCCL_BUFFSIZE=200\nvllm serve deepseek-ai/DeepSeek-V3 --max-model-len 32768 "
+               "--tensor-parallel-size 16 --speculative-config '{\"num_speculative_tokens\": 3, \"method\": \"mtp\"}'")
+    result = _check(command, engine="vllm==0.30.0")
+    assert result.deployment.settings["platform_plugin"].value == "vllm-ascend==0.30.0rc2"  # type: ignore[attr-defined]
+    (row,) = result.rows  # type: ignore[attr-defined]
+    assert (row.backend, row.rule, row.first_failing) == ("vllm-ascend-block-table", "vllm-ascend==0.30.0rc2", None)
+    assert result.status == SAFE  # type: ignore[attr-defined]
+
+
+@vllm
 def test_vllm_on_an_npu_without_a_plugin_release_is_undecided_naming_those_with_one() -> None:
     result = _check("vllm serve Qwen/Qwen3-32B", engine="vllm==0.34.0", gpu="910b")
     assert result.status == UNDECIDED and "vllm-ascend has no release 0.34.0" in result.verdict  # type: ignore[attr-defined]

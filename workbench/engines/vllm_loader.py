@@ -169,6 +169,20 @@ def platform_plugin(path: Path) -> str | None:
     return None
 
 
+def _unbuilt_build_info(path: Path, gpu: Gpu) -> None:
+    """vllm-ascend's ``_build_info`` module, where the release came as source (``sdists``) and was
+    not built: its ``setup.py`` (``gen_build_info``) writes the file at build time from the
+    ``SOC_VERSION`` it is built for, and the plugin reads the device family from it. Built here for
+    the NPU the check models, as a build on that machine would be (``__soc_version__``, which the
+    plugin's own ``device_type_from_soc_version`` maps)."""
+    package = path / "vllm_ascend"
+    if not package.is_dir() or (package / "_build_info.py").exists():
+        return
+    module = types.ModuleType("vllm_ascend._build_info")
+    module.__soc_version__ = gpu.device_name  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+
+
 def _npu_device() -> None:
     """What ``torch_npu`` does to torch at import, as far as a plugin's configuration code asks:
     the private device is named ``npu`` (so ``torch.device("npu")`` parses), and ``torch.npu``
@@ -341,6 +355,8 @@ def install(package_dir: Path, deps: Path, gpu: Gpu, extra_paths: Sequence[Path]
     plugins = [path for path in extra_paths if platform_plugin(path) is not None]
     if plugins and gpu.platform == "npu":
         _npu_device()
+    for path in plugins:
+        _unbuilt_build_info(path, gpu)
     roots = (package_dir.parent, *plugins)
     sys.meta_path.insert(0, _Finder(roots, gpu, last=False))
     sys.meta_path.append(_Finder(roots, gpu, last=True, plugin=bool(plugins)))

@@ -35,7 +35,6 @@ dependencies) through ``progress``, one line at a time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -47,7 +46,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.engines import sdists
 from workbench.engines.cache_root import cache_root as workbench_cache
+from workbench.engines.sdists import INDEX_URL  # the package index's JSON API (PEP 691): files, hashes, upload times
+from workbench.engines.sdists import sha256 as _sha256
 from workbench.files import exclusive
 
 # Packages the allocator and attention modules import at module level whose stand-in would not be
@@ -78,6 +80,9 @@ class SlimFamily:
     # when the release was built before that major version's first release (a release installed
     # then never saw it): its transformers of the day, not one that renamed what it registers.
     of_their_day: tuple[str, ...] = ()
+    # A release with no wheel is taken from its source distribution (``sdists``): for a family whose
+    # Python files are all that is read and run, and whose sdist needs no build to read them.
+    from_sources: bool = False
 
 
 # vLLM's argument parser and configuration classes: pydantic dataclasses, regex patterns,
@@ -86,7 +91,8 @@ class SlimFamily:
 SLIM_FAMILIES = {
     "vllm": SlimFamily(deps=("pydantic", "regex", "msgspec", "cachetools", "transformers", "huggingface_hub",
                              "tokenizers"), of_their_day=("transformers",)),
-    "vllm-ascend": SlimFamily(deps=()),  # runs over a vLLM release's install (its own deps)
+    # runs over a vLLM release's install (its own deps); most release candidates are sdists only
+    "vllm-ascend": SlimFamily(deps=(), from_sources=True),
 }
 
 
@@ -282,14 +288,24 @@ def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineIn
     progress(f"{engine}: downloading the wheel from the package index (pip download --no-deps)")
     got = _pip_streamed(progress, "download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), engine)
     wheels = sorted(wheel_dir.glob("*.whl")) if wheel_dir.exists() else []
-    if got.returncode != 0 or not wheels:
+    if (got.returncode != 0 or not wheels) and family.from_sources:
+        try:
+            sdist = sdists.fetch(name, version, wheel_dir, progress)
+            kept, total, kept_bytes, built = sdists.unpack(sdist, src, family.keep_suffixes)
+        except sdists.SdistError as error:
+            raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {error}") from None
+        record: dict[str, object] = {"file": sdist.name, "sha256": _sha256(sdist), "bytes": sdist.stat().st_size,
+                                     "built": built}
+        progress(f"{engine}: unpacked {kept:,} of {total:,} files of its packages ({kept_bytes / 2**20:.0f} MB of "
+                 "Python files and package data; nothing built), source distribution deleted")
+    elif got.returncode != 0 or not wheels:
         raise FetchError(f"cannot fetch {engine} and it is not cached in {folder}: {_last_line(got.stderr)}")
-    wheel = wheels[0]
-    record: dict[str, object] = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size,
-                                 "built": _built(wheel)}
-    kept, total, kept_bytes = _unpack_slim(wheel, src, family.keep_suffixes)
-    progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
-             f"package data; compiled kernels left out), wheel deleted")
+    else:
+        wheel = wheels[0]
+        record = {"file": wheel.name, "sha256": _sha256(wheel), "bytes": wheel.stat().st_size, "built": _built(wheel)}
+        kept, total, kept_bytes = _unpack_slim(wheel, src, family.keep_suffixes)
+        progress(f"{engine}: unpacked {kept:,} of {total:,} files ({kept_bytes / 2**20:.0f} MB of Python files and "
+                 f"package data; compiled kernels left out), wheel deleted")
     shutil.rmtree(wheel_dir)
     deps = _family_deps(engine, src, family, str(record["built"]), progress)
     (folder / "deps").symlink_to(deps, target_is_directory=True)
@@ -317,7 +333,6 @@ def _built(wheel: Path) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 
 
-INDEX_URL = "https://pypi.org/simple"  # the package index's JSON API (PEP 691) gives each file's upload time
 
 
 def _upload_days(package: str, built: str) -> dict[str, str]:
@@ -500,14 +515,6 @@ def _pip_streamed(progress: Progress, *args: str) -> subprocess.CompletedProcess
         stderr = proc.stderr.read()
         code = proc.wait(timeout=900)
     return subprocess.CompletedProcess(cmd, code, "".join(lines), stderr)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _torchvision_for_torch() -> str:
