@@ -20,11 +20,13 @@ import pytest
 from workbench.analysis.probe import probe
 from workbench.backends import vllm_v1_block_table as v1
 from workbench.engines import learn_vllm_kv, learned, wheels
+from workbench.engines.releases import version_key
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
 WITH_KV = [p for p in SHIPPED if "kv" in json.loads(p.read_text())["sections"]]
 OLD, NEW = "vllm==0.8.2", "vllm==0.23.0"
+ROW_LIMITED = "vllm==0.8.5"
 
 pytestmark = pytest.mark.skipif(OLD not in v1.releases() or NEW not in v1.releases(),
                                 reason="the kv sections of vllm 0.8.2 and 0.23.0 are not learned")
@@ -43,9 +45,14 @@ def test_each_release_learned_the_policy_its_code_has() -> None:
     found = v1.releases()
     assert found[OLD] == v1.KvRelease("preallocated", 64, "uncapped", "none")
     assert found[NEW] == v1.KvRelease("capped", 0, "below-limit", "128-div-block-size")
-    assert all(r.slots == "capped" and r.scheduler_caps for e, r in found.items() if e != OLD)
+    later = {e: r for e, r in found.items() if version_key(e.split("==")[1]) >= version_key("0.9.0")}
+    assert all(r.slots == "capped" and r.scheduler_caps for r in later.values())
     if "vllm==0.9.0.1" in found:
         assert found["vllm==0.9.0.1"].scheduler_cap == "to-limit"
+    # 0.8.5 (kv_cache_manager.py: no num_preallocate_tokens, num_lookahead_tokens counted, the blocks
+    # still limited to max_num_blocks_per_req, then the assertion) and the scheduler.py cap of 0.9.0.1
+    if ROW_LIMITED in found:
+        assert found[ROW_LIMITED] == v1.KvRelease("row-limited", 0, "to-limit", "none")
     # the statement the learner read beside each measurement says the same
     said = {"uncapped": lambda t: t == "", "to-limit": lambda t: "max_model_len - request.num_computed_tokens" in t,
             "below-limit": lambda t: "- 1 -" in t or "num_sampled_tokens_per_step" in t}
@@ -63,9 +70,12 @@ def test_the_worked_example_asserts_at_the_257th_block() -> None:
     assert probe(case(NEW, 4094, lookahead=3)).outcome is Outcome.OK  # 0.23.0 schedules min(4, 4096 - 4093) = 3
 
 
-@pytest.mark.parametrize("engine", [OLD, NEW])
-@pytest.mark.parametrize("length,block,drafts", [(100, 16, 3), (96, 16, 5), (64, 1, 2), (300, 32, 9), (50, 8, 0)])
+@pytest.mark.parametrize("engine", [OLD, NEW, "vllm==0.8.4", ROW_LIMITED])
+@pytest.mark.parametrize("length,block,drafts", [(100, 16, 3), (96, 16, 5), (64, 1, 2), (300, 32, 9), (50, 8, 0),
+                                                  (70, 1, 9), (4096, 128, 7)])
 def test_the_closed_form_equals_an_executed_scan(engine: str, length: int, block: int, drafts: int) -> None:
+    if engine not in v1.releases():
+        pytest.skip(f"{engine}'s kv section is not learned")
     base = case(engine, 1, drafts, length, block, lookahead=drafts)
     low, high = v1.BACKEND.scan_range(base)
     values = np.arange(low, high + 1)
@@ -77,6 +87,11 @@ def test_the_closed_form_equals_an_executed_scan(engine: str, length: int, block
         assert first == (row_tokens - drafts + 1 if row_tokens - drafts + 1 <= high else None)
     if engine == NEW:
         assert not any(executed)
+    if engine == ROW_LIMITED and drafts:  # hand: the prefill fills the last block, then the lookahead passes it
+        row_tokens = -(-length // block) * block
+        assert [int(s) for s, bad in zip(values, executed) if bad] == [
+            s for s in range(low, high + 1) if -(-(s - 1) // block) * block == row_tokens
+            and s - 1 + min(1 + drafts, length - (s - 1)) + drafts > row_tokens]
 
 
 def test_the_allocation_model_in_worked_states() -> None:
@@ -164,14 +179,19 @@ def test_the_step_model_is_each_forms_hand_worked_step(cap: str) -> None:
     assert v1.last_step(cap, 1000, 3) == 998  # the stop, not the cap, ends every form's steps
 
 
-def test_a_release_never_run_takes_its_neighbours_facts_only_where_they_agree() -> None:
+def test_a_release_never_run_takes_its_neighbours_facts_only_where_they_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     found = v1.releases()
     assert v1.bracketing_release(OLD) == OLD
-    # 0.8.3 lies between 0.8.2 (preallocated, no cap) and the next measured release (capped): no answer
-    assert "vllm==0.8.3" not in found and v1.bracketing_release("vllm==0.8.3") is None
+    # 0.8.1 has no measured release below it (0.8.2 is the first with a learned kv section): no answer
+    assert "vllm==0.8.1" not in found and v1.bracketing_release("vllm==0.8.1") is None
     if {"vllm==0.14.1", "vllm==0.17.0"} <= set(found) and "vllm==0.15.0" not in found:
         assert found["vllm==0.14.1"] == found["vllm==0.17.0"]
         assert v1.bracketing_release("vllm==0.15.0") == "vllm==0.14.1"
+    # two measured neighbours that differ leave the release between them without an answer
+    differing = {e: r for e, r in found.items() if e in (OLD, NEW)}
+    assert differing[OLD] != differing[NEW]
+    monkeypatch.setattr(v1, "releases", lambda: differing)
+    assert v1.bracketing_release("vllm==0.15.0") is None
 
 
 # ---- in a launch check: the release's own resolution, then this row ----------------------------------
@@ -227,9 +247,9 @@ def test_v1_ngram_under_082_fails_where_the_drafts_pass_the_row() -> None:
 
 def test_a_launch_without_a_case_says_why() -> None:
     extra = {"num_speculative_tokens": 3, "lookahead": 3}
-    assert v1.BACKEND.launch_case("vllm==0.8.3", 4096, 16, extra) is None
-    assert v1.BACKEND.launch_gap("vllm==0.8.3", extra) == (
-        "vllm==0.8.3's KV cache manager was never run (workbench engines learn vllm==0.8.3), and the measured "
+    assert v1.BACKEND.launch_case("vllm==0.8.1", 4096, 16, extra) is None
+    assert v1.BACKEND.launch_gap("vllm==0.8.1", extra) == (
+        "vllm==0.8.1's KV cache manager was never run (workbench engines learn vllm==0.8.1), and the measured "
         "releases on either side of it differ or are missing")
     assert v1.BACKEND.launch_case(NEW, 4096, 16, {**extra, "dcp_size": 2}) is None
     assert v1.BACKEND.launch_gap(NEW, {**extra, "dcp_size": 2}) == "a context-parallel split (dcp 2, pcp 1) is not modelled"

@@ -12,12 +12,14 @@ committed tokens).
 What each release does near ``max_model_len``, from its own code (``workbench engines learn``,
 section ``kv``):
 
-* ``slots`` (measured, by running ``allocate_slots`` on a CPU): ``capped`` (0.9.0.1 on): the
+* ``slots`` (measured, by running ``allocate_slots`` on a CPU): ``capped`` (0.9.0 on): the
   slots, lookahead included, are ``min(c + n + lookahead, max_model_len)``, so a request never
-  holds more than ``cdiv(max_model_len, block_size)`` blocks; ``preallocated`` (0.8.x): the
+  holds more than ``cdiv(max_model_len, block_size)`` blocks; ``preallocated`` (0.8.2, 0.8.3): the
   manager gives ``preallocate_tokens`` worth of extra blocks but never more than
   ``cdiv(max_model_len, block_size)``, and asserts that a step needing a new block gets one:
-  ``assert num_new_blocks > 0`` fails once the request's row is full.
+  ``assert num_new_blocks > 0`` fails once the request's row is full; ``row-limited`` (0.8.4,
+  0.8.5): the lookahead slots counted too (the preallocation less the lookahead's whole blocks in
+  0.8.4, none in 0.8.5), the same limit and assertion.
 * ``scheduler_cap`` (measured, by running ``Scheduler.schedule`` and ``update_from_output`` on a
   CPU, ``decode_step`` below): what the scheduler gives a running request's step at each
   committed length ``c``, and where ``check_stop`` finishes the request. Every release finishes a
@@ -62,7 +64,7 @@ from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 NAME = "vllm-v1-block-table"
 SECTION = "kv"  # the learned section these facts live in (its own learner: ``learn_vllm.learn_kv``)
-SLOTS = ("capped", "preallocated")
+SLOTS = ("capped", "preallocated", "row-limited")
 # How a release's scheduler caps a running request's step of 1 + d tokens at committed length c:
 # the offset o of min(1 + d, max_model_len - o - c), None where it does not.
 CAPS: dict[str, int | None] = {"uncapped": None, "to-limit": 0, "below-limit": 1}
@@ -137,16 +139,22 @@ def last_step(cap: str, max_model_len: int, drafts: int) -> int:
 
 
 def held_after(slots: str, preallocate_tokens: int, max_model_len: int, block_size: int, held: int,
-               tokens: int) -> int | str:
+               tokens: int, lookahead: int = 0) -> int | str:
     """The blocks a request holds after ``allocate_slots`` asks for ``tokens`` slots (computed,
-    new and lookahead), holding ``held`` before; ``ASSERT_ERROR`` where the manager asserts."""
+    new and, where the manager takes them, ``lookahead``), holding ``held`` before;
+    ``ASSERT_ERROR`` where the manager asserts. A ``row-limited`` manager preallocates what its
+    preallocation leaves after the lookahead's whole blocks (0.8.4: ``max(0, cdiv(64, bs) -
+    lookahead // bs)``; 0.8.5 preallocates nothing)."""
     cap = cdiv(max_model_len, block_size)
     if slots == "capped":
         return max(held, cdiv(min(tokens, max_model_len), block_size))
     needed = cdiv(tokens, block_size) - held
     if needed <= 0:
         return held
-    given = min(needed + cdiv(preallocate_tokens, block_size), cap - held)
+    extra = cdiv(preallocate_tokens, block_size)
+    if slots == "row-limited":
+        extra = max(0, extra - lookahead // block_size)
+    given = min(needed + extra, cap - held)
     return ASSERT_ERROR if given <= 0 else held + given
 
 
@@ -159,8 +167,9 @@ def allocation(slots: str, preallocate_tokens: int, max_model_len: int, block_si
     if computed:
         held = held_after(slots, preallocate_tokens, max_model_len, block_size, 0, computed)
     if isinstance(held, int):
-        extra = lookahead if slots == "capped" else 0
-        held = held_after(slots, preallocate_tokens, max_model_len, block_size, held, computed + new_tokens + extra)
+        extra = 0 if slots == "preallocated" else lookahead  # 0.8.2 and 0.8.3 take no lookahead slots
+        held = held_after(slots, preallocate_tokens, max_model_len, block_size, held, computed + new_tokens + extra,
+                          extra)
     return {"error": held} if isinstance(held, str) else {"held": held}
 
 
@@ -294,15 +303,23 @@ class V1BlockTableBackend(CaseBackend[V1StepCase]):
         return 1, case.max_model_len - 1
 
     def fails_grid(self, case: V1StepCase, values: IntArray) -> BoolArray:
-        """Closed form: a capped scheduler never fails (its positions stay below ``max_model_len``,
-        which the row covers). Without the cap the step's last position ``seq_len + d - 1`` needs a
-        block past ``cdiv(max_model_len, block_size)``: a preallocating manager asserts (its row is
-        full by then) and a capped one leaves the position past the row."""
-        release = case.release
-        if release.scheduler_caps:
+        """Closed form: a ``capped`` manager never fails (the slots stop at ``max_model_len``, which
+        the row covers, and every scheduler keeps the step's positions at or below it). Otherwise,
+        at ``c = seq_len - 1``: the prefill holds ``min(cdiv(c, bs) + cdiv(preallocate, bs), row)``
+        blocks; a step whose blocks, ``cdiv(c + n (+ lookahead, row-limited), bs)``, pass a full row
+        asserts, and a step whose last position's block is past the table reads past it."""
+        release, bs = case.release, case.block_size
+        if release.slots == "capped":
             return np.zeros(len(values), dtype=bool)
-        cap = min(cdiv(case.max_model_len, case.block_size), case.width)
-        return np.asarray(values + case.drafts > cap * case.block_size, dtype=bool)
+        row = cdiv(case.max_model_len, bs)
+        committed = values - 1
+        offset = CAPS[release.scheduler_cap]
+        n = np.full(len(values), 1 + case.drafts) if offset is None else \
+            np.clip(np.minimum(1 + case.drafts, case.max_model_len - offset - committed), 0, None)
+        held = np.where(committed > 0, np.minimum(-(-committed // bs) + cdiv(release.preallocate_tokens, bs), row), 0)
+        lookahead = case.lookahead if release.slots == "row-limited" else 0
+        asserts = (-(-(committed + n + lookahead) // bs) > held) & (held >= row)
+        return np.asarray(asserts | ((committed + n - 1) // bs >= case.width), dtype=bool)
 
 
 BACKEND = V1BlockTableBackend()

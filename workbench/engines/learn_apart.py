@@ -1,13 +1,15 @@
 """A learned section of a vLLM release with a learner of its own (``kv``, ``pad``): added after the
-others, so that adding it did not mean learning every release's other sections again."""
+others, so that adding it did not mean learning every release's other sections again. Both name a
+form of the engine's behaviour by running it (``name_form``) and check it on other states (``form_row``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from workbench.engines import conformance_vllm, learned, vllm_releases, wheels
+from workbench.engines import learn_rules as lr
 from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 
@@ -35,3 +37,30 @@ def learn_section(engine: str, name: str, learner: str, build: Build, *, progres
     path = learned.write_section(engine, name, content, root=root, wheel=install.wheel)
     vllm_releases.clear()
     return path
+
+
+State = dict[str, Any]
+
+
+def name_form(chosen: Sequence[State], answers: Sequence[Any], models: Mapping[str, Callable[[State], Any]], *,
+              function: str, found: str, searched: str, refused: str) -> dict[str, Any]:
+    """The measured fact naming the one form whose model gives the engine's answer on every one of
+    ``chosen``; absent, with the engine's first message, where it refused every state (``refused``
+    says what it refused)."""
+    errors = [a["error"] for a in answers if isinstance(a, dict) and "error" in a]
+    if len(errors) == len(answers):
+        return lr.absent_fact(f"{refused}: {errors[0]}", searched)
+    results = {name: conformance_vllm.row(name, ((s, e, model(s)) for s, e in zip(chosen, answers)))
+               for name, model in models.items()}
+    return lr.name_candidate(results, function=function, found=found)
+
+
+def form_row(fact: Mapping[str, Any], function: str, chosen: Sequence[State], ask: Callable[[Sequence[State]], list[Any]],
+             model: Callable[[str, State], Any]) -> dict[str, Any]:
+    """The learned form's model against the engine's answers on ``chosen`` (skipped, saying why,
+    where no form was named)."""
+    form = fact.get("value")
+    if form is None:
+        return conformance_vllm.skipped(function, str(fact.get("finding") or fact.get("reason")))
+    answers = ask(chosen)
+    return conformance_vllm.row(function, ((s, e, model(str(form), s)) for s, e in zip(chosen, answers)))

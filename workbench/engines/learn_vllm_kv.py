@@ -25,7 +25,7 @@ against the engine on other states), which ``workbench conformance --engine vllm
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from workbench.engines import learn_rules as lr
 from workbench.engines.learn_session import Session
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-kv 3"  # raise when what is learned or how changes
+LEARNER = "vllm-kv 4"  # raise when what is learned or how changes
 FUNCTION = "KVCacheManager.allocate_slots (a request's blocks)"
 STEP = "Scheduler.schedule (a running request's drafts near max_model_len)"
 STEP_TASK = "decode_step"
@@ -88,29 +88,25 @@ def _step_model(cap: str, facts: dict[str, Any], state: dict[str, int]) -> dict[
     return step
 
 
+def _steps(session: Session, chosen: Sequence[dict[str, int]]) -> list[Any]:
+    return conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
+
+
 def step_row(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> dict[str, Any]:
     """The learned cap's model against the engine's scheduler on ``count`` states."""
-    cap = facts["scheduler_cap"].get("value")
-    if cap is None:
-        return conformance_vllm.skipped(STEP, str(facts["scheduler_cap"].get("finding")
-                                                  or facts["scheduler_cap"].get("reason")))
-    chosen = step_states(count, seed + 1)
-    engine = conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
-    return conformance_vllm.row(STEP, ((s, e, _step_model(str(cap), facts, s)) for s, e in zip(chosen, engine)))
+    return learn_apart.form_row(facts["scheduler_cap"], STEP, step_states(count, seed + 1),
+                                lambda chosen: _steps(session, chosen), lambda cap, s: _step_model(cap, facts, s))
 
 
 def _scheduler_cap(session: Session, facts: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
     """The measured cap (``facts``: the slots policy measured before it), with the statement read
     beside it (``line``) where the release has one."""
     chosen = step_states(48)
-    engine = conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
-    errors = [e["error"] for e in engine if isinstance(e, dict) and "error" in e]
-    if len(errors) == len(engine):  # the release cannot serve such a configuration at all
-        return lr.absent_fact(f"the release does not run the configuration: {errors[0]}",
-                              "vllm.v1.core.sched.scheduler.Scheduler.schedule")
-    results = {cap: conformance_vllm.row(cap, ((s, e, _step_model(cap, facts, s)) for s, e in zip(chosen, engine)))
-               for cap in v1.CAPS}
-    fact = lr.name_candidate(results, function=STEP, found="vllm.v1.core.sched.scheduler.Scheduler.schedule")
+    fact = learn_apart.name_form(
+        chosen, _steps(session, chosen),
+        {cap: (lambda s, cap=cap: _step_model(cap, facts, s)) for cap in v1.CAPS},  # type: ignore[misc]
+        function=STEP, found="vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        searched="vllm.v1.core.sched.scheduler.Scheduler.schedule", refused="the release does not run the configuration")
     fact["line"] = ({"text": line["found"], "source": line["source"]} if line.get("found")
                     else {"text": None, "searched": line.get("searched", "Scheduler.schedule")})
     return fact

@@ -26,7 +26,6 @@ from typing import Any
 
 from workbench.backends import vllm_v1_waiting_pad as pad
 from workbench.engines import conformance_vllm, learn_apart
-from workbench.engines import learn_rules as lr
 from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-pad 1"  # raise when what is learned or how changes
@@ -82,26 +81,17 @@ def _asked(session: Session, chosen: list[dict[str, int]]) -> list[Any]:
 
 def conformance_row(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> dict[str, Any]:
     """The learned form's model against the engine's scheduler on ``count`` states."""
-    form = facts["waiting_pad"].get("value")
-    if form is None:
-        return conformance_vllm.skipped(FUNCTION, str(facts["waiting_pad"].get("finding")
-                                                      or facts["waiting_pad"].get("reason")))
-    chosen = states(count, seed + 1)
-    engine = _asked(session, chosen)
-    return conformance_vllm.row(FUNCTION, ((s, e, _model(str(form), s)) for s, e in zip(chosen, engine)))
+    return learn_apart.form_row(facts["waiting_pad"], FUNCTION, states(count, seed + 1),
+                                lambda chosen: _asked(session, list(chosen)), _model)
 
 
 def learn_facts(session: Session, say: Progress) -> dict[str, Any]:
     chosen = states(48)
-    engine = _asked(session, chosen)
-    errors = [e["error"] for e in engine if isinstance(e, dict) and "error" in e]
-    if len(errors) == len(engine):  # the release cannot serve such a configuration at all
-        return {"waiting_pad": lr.absent_fact(f"the release does not start the configuration: {errors[0]}",
-                                              "vllm.v1.core.sched.scheduler.Scheduler")}
-    results = {form: conformance_vllm.row(form, ((s, e, _model(form, s)) for s, e in zip(chosen, engine)))
-               for form in pad.FORMS}
-    fact = lr.name_candidate(results, function=FUNCTION, found="vllm.v1.core.sched.scheduler.Scheduler.schedule")
-    say(f"waiting pad: {fact['value'] or fact.get('finding')}")
+    fact = learn_apart.name_form(
+        chosen, _asked(session, chosen), {form: (lambda s, form=form: _model(form, s)) for form in pad.FORMS},  # type: ignore[misc]
+        function=FUNCTION, found="vllm.v1.core.sched.scheduler.Scheduler.schedule",
+        searched="vllm.v1.core.sched.scheduler.Scheduler", refused="the release does not start the configuration")
+    say(f"waiting pad: {fact['value'] or fact.get('finding') or fact.get('reason')}")
     return {"waiting_pad": fact}
 
 

@@ -433,7 +433,8 @@ def _request(tokens: int) -> Any:
     request_cls = importlib.import_module("vllm.v1.request").Request
     sampling = importlib.import_module("vllm.sampling_params").SamplingParams(max_tokens=1)
     known: dict[str, Any] = {"request_id": "r0", "prompt": None, "prompt_token_ids": [0] * tokens,
-                             "multi_modal_inputs": None, "multi_modal_hashes": None, "multi_modal_placeholders": None,
+                             "multi_modal_inputs": None, "multi_modal_kwargs": None, "multi_modal_hashes": None,
+                             "multi_modal_placeholders": None,
                              "sampling_params": sampling, "pooling_params": None, "eos_token_id": None,
                              "arrival_time": 0.0}
     return request_cls(**_fill(request_cls, known))
@@ -499,7 +500,7 @@ def _scheduler(config: Any, *, hashed: bool) -> tuple[Any, Any]:
 
     def request(request_id: str, tokens: list[int], max_tokens: int) -> Any:
         made: dict[str, Any] = {"request_id": request_id, "prompt": None, "prompt_token_ids": tokens,
-                                "multi_modal_inputs": None, "multi_modal_hashes": None,
+                                "multi_modal_inputs": None, "multi_modal_kwargs": None, "multi_modal_hashes": None,
                                 "multi_modal_placeholders": None, "sampling_params": sampling(max_tokens=max_tokens),
                                 "pooling_params": None, "eos_token_id": None, "arrival_time": 0.0,
                                 "block_hasher": hasher}
@@ -585,7 +586,7 @@ def _hand_back(scheduler: Any, scheduled: Any, token: int, drafts: list[int]) ->
     sampled: Any = [np.array([token])] if "ndarray" in kind else [[token]]  # 0.11.x: one array per request
     known: dict[str, Any] = {"req_ids": ["r"], "req_id_to_index": {"r": 0}, "sampled_token_ids": sampled,
                              "spec_token_ids": [drafts], "logprobs": None, "prompt_logprobs_dict": {},
-                             "pooler_output": [None]}
+                             "pooler_output": []}  # a generating model runner pools nothing
     scheduler.update_from_output(scheduled, cls(**_fill(cls, known)))
     if "spec_token_ids" not in inspect.signature(cls).parameters and drafts:
         scheduler.update_draft_token_ids(outputs.DraftTokenIds(["r"], [drafts]))
