@@ -579,7 +579,8 @@ def decode_step(config: Any, computed: int, drafts: int) -> dict[str, Any]:
 
 def _hand_back(scheduler: Any, scheduled: Any, token: int, drafts: list[int]) -> None:
     """A model runner's output for request ``r``'s step, given to the scheduler as the engine core
-    gives it: one sampled token, and the drafts (in the output before 0.9.x's ``update_draft_token_ids``)."""
+    gives it: one sampled token, and the drafts (in the output where it has ``spec_token_ids``, else
+    through the scheduler's ``update_draft_token_ids``, as later engine cores hand them over)."""
     outputs = importlib.import_module("vllm.v1.outputs")
     cls = outputs.ModelRunnerOutput
     kind = next((str(f.type) for f in dataclasses.fields(cls) if f.name == "sampled_token_ids"), "")

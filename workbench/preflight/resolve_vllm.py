@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from workbench.analysis.reach import ReachRule, reach_rule
 from workbench.backends import vllm_v1_block_table as v1_table
-from workbench.engines.launch_adapters import ENGINE, WORKBENCH, Resolution
+from workbench.engines.launch_adapters import ENGINE, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 
@@ -97,7 +97,8 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
             s.take(flag.dest)
     v1 = v0_backend is None and plugin is None
     measured = v1_table.bracketing_release(context.choice.release) if v1 else None
-    rule = reach_rule(context.version) if measured is None else _measured_reach(measured, max_model_len, k)
+    rule = reach_rule(context.version) if measured is None else \
+        _measured_reach(measured, context.choice.release, max_model_len, k)
     cap = v1_table.releases()[measured].scheduler_cap if measured else None
     if cap == "uncapped":
         s.notes.append(f"{measured}'s Scheduler.schedule caps no running request's step by max_model_len (measured): "
@@ -134,13 +135,15 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
                       not eager, rule, s.rest(resolution.flags), resolution.flags, (*resolution.notes, *s.notes), extra)
 
 
-def _measured_reach(release: str, max_model_len: int, drafts: int) -> ReachRule:
-    """The reach of a V1 launch from ``release``'s measured scheduler: the last committed length at
-    which its ``decode_step`` still runs a step (the request stops on holding ``max_model_len``
-    tokens), no committed token past it, and reads clamped where the KV manager caps the slots."""
+def _measured_reach(release: str, launched: str, max_model_len: int, drafts: int) -> ReachRule:
+    """The reach of a V1 launch of ``launched`` from ``release``'s measured scheduler (its own, or
+    the measured neighbour that stands in for it): the last committed length at which its
+    ``decode_step`` still runs a step (the request stops on holding ``max_model_len`` tokens), no
+    committed token past it, and reads clamped where the KV manager caps the slots."""
     kv = v1_table.releases()[release]
     last = v1_table.last_step(kv.scheduler_cap, max_model_len, drafts)
     how = f"measured: {release}'s Scheduler.schedule and update_from_output (its kv section)"
-    return ReachRule(engine=release, cap_offset=max_model_len - last, overshoot=0, clamps_reads=kv.slots == "capped",
+    return ReachRule(engine=launched, cap_offset=max_model_len - last, overshoot=0, clamps_reads=kv.slots == "capped",
                      sources={"committed_cap": f"{how}: the last step runs at max_model_len - {max_model_len - last}",
-                              "overshoot": how, "lookahead_clamp": f"measured: {release}'s allocate_slots ({kv.slots})"})
+                              "overshoot": how, "lookahead_clamp": f"measured: {release}'s allocate_slots ({kv.slots})"},
+                     substituted=release if release != launched else None)
