@@ -305,3 +305,15 @@ def test_the_scheduler_cap_is_found_as_written(form: str, tmp_path: Path, monkey
         assert found["source"] == f"vllm/v1/core/sched/scheduler.py:{lines}"
     else:
         assert "no num_new_tokens = min(...) bounded by max_model_len" in found["searched"]
+
+
+def test_a_launch_of_an_unmeasured_release_takes_its_neighbours_reach_and_says_so() -> None:
+    from workbench.preflight.resolve_vllm import _measured_reach
+
+    found = v1.releases()
+    if not {"vllm==0.14.1", "vllm==0.17.0"} <= set(found) or "vllm==0.15.0" in found:
+        pytest.skip("the 0.14.1 / 0.17.0 bracket is not what this machine learned")
+    rule = _measured_reach(v1.bracketing_release("vllm==0.15.0") or "", "vllm==0.15.0", 4096, 3)
+    assert (rule.engine, rule.substituted, rule.cap_offset, rule.overshoot) == ("vllm==0.15.0", "vllm==0.14.1", 2, 0)
+    own = _measured_reach(NEW, NEW, 4096, 3)
+    assert own.substituted is None and own.clamps_reads and own.sources["committed_cap"].endswith("max_model_len - 2")
