@@ -218,3 +218,30 @@ def test_chromium_lookup_honours_browser_path(monkeypatch: pytest.MonkeyPatch, t
     figure.write_text("{}")
     assert export_pngs([figure], tmp_path / "png") == ([], NO_CHROMIUM)
     assert not (tmp_path / "png").exists()
+
+
+def test_a_figure_the_batch_export_drops_is_exported_again_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Kaleido's batch can return without writing one figure (a loaded machine's browser): that one
+    is exported again by itself, and one still missing is named, not claimed."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    from workbench.present import report
+
+    monkeypatch.setattr(report, "find_chromium", lambda: "/usr/bin/chromium")
+    figures = []
+    for name in ("01_a", "02_b", "03_c"):
+        path = tmp_path / "figures" / f"{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(go.Figure().to_json())
+        figures.append(path)
+    alone: list[str] = []
+    monkeypatch.setattr(pio, "write_images", lambda figs, paths, **_: [Path(p).write_bytes(b"png") for p in paths[::2]])
+    monkeypatch.setattr(pio, "write_image", lambda fig, path, **_: (alone.append(Path(path).stem), Path(path).write_bytes(b"png")))
+    pngs, note = export_pngs(figures, tmp_path / "png")
+    assert alone == ["02_b"] and note is None and [p.stem for p in pngs] == ["01_a", "02_b", "03_c"]
+    monkeypatch.setattr(pio, "write_image", lambda fig, path, **_: None)  # the second try writes nothing either
+    for png in (tmp_path / "png").glob("*.png"):
+        png.unlink()
+    pngs, note = export_pngs(figures, tmp_path / "png")
+    assert [p.stem for p in pngs] == ["01_a", "03_c"] and note == "PNG export with /usr/bin/chromium wrote no file for 02_b"

@@ -280,10 +280,17 @@ def export_pngs(figures: Sequence[Path], png_dir: Path) -> tuple[list[Path], str
         # One kaleido session for all figures: Chromium starts once, not once per figure.
         # Each figure at its own size (tall failure maps stay readable); 1100 x 600 where it sets none.
         figs = [pio.read_json(str(f)) for f in figures]
-        pio.write_images(figs, [str(p) for p in paths], width=[fig.layout.width or 1100 for fig in figs],
-                         height=[fig.layout.height or 600 for fig in figs])
+        sizes = [(fig.layout.width or 1100, fig.layout.height or 600) for fig in figs]
+        pio.write_images(figs, [str(p) for p in paths], width=[w for w, _ in sizes], height=[h for _, h in sizes])
+        # A loaded machine's browser can drop a figure of the batch without an error: those once more, alone
+        for fig, path, (width, height) in zip(figs, paths, sizes):
+            if not path.exists():
+                pio.write_image(fig, str(path), width=width, height=height)
     except Exception as err:  # kaleido wraps browser failures in several types; report, don't crash
         return [], f"PNG export failed with {browser}: {type(err).__name__}: {err}"
+    left = [p.stem for p in paths if not p.exists()]
+    if left:
+        return [p for p in paths if p.exists()], f"PNG export with {browser} wrote no file for {', '.join(left)}"
     return paths, None
 
 
