@@ -24,9 +24,9 @@ section ``kv``):
   CPU, ``decode_step`` below): what the scheduler gives a running request's step at each
   committed length ``c``, and where ``check_stop`` finishes the request. Every release finishes a
   request once it holds ``max_model_len`` tokens, so a step runs at ``c <= max_model_len - 2``;
-  ``n`` is ``1 + d`` capped by one of ``CAPS``: ``uncapped`` (0.8.2: the drafts run past
-  ``max_model_len``), ``to-limit`` (``max_model_len - c``, 0.9.0.1) or ``below-limit``
-  (``max_model_len - 1 - c``, 0.11.0 on; ``max_model_len - c - sampled`` with one token sampled
+  ``n`` is ``1 + d`` capped by one of ``CAPS``: ``uncapped`` (0.8.2 to 0.8.4: the drafts run past
+  ``max_model_len``), ``to-limit`` (``max_model_len - c``, 0.8.5 to 0.9.1) or ``below-limit``
+  (``max_model_len - 1 - c``, 0.9.2 on; ``max_model_len - c - sampled`` with one token sampled
   a step in the newest). The line of ``Scheduler.schedule`` that caps is kept beside it.
 
 Worked example (0.8.2, n-gram with 3 drafts, ``max_model_len`` 4096, block size 16): rows of 256
