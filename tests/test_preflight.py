@@ -191,6 +191,22 @@ def test_vllm_ascend_before_the_reset_reads_past_the_row_at_the_worked_length() 
 
 
 @vllm
+def test_a_plugin_drafter_that_runs_no_model_sets_up_no_draft_step_table() -> None:
+    """Whether the drafter runs a model over its drafts is the release's own answer (the KV slots its
+    scheduler reserves for them, from its speculative config's predicates), not a list of method
+    names: vllm-ascend 0.18.0's MTP drafter steps its 13 draft tokens through the plugin's graph (the
+    row that fails at 32756 above); the same launch with the ngram drafter, which matches text, sets
+    up no draft-step table."""
+    mtp = _check(ASCEND_MTP, engine="vllm==0.18.0")
+    ngram = _check(ASCEND_MTP.replace('"method": "mtp"', '"method": "ngram", "prompt_lookup_max": 4'),
+                   engine="vllm==0.18.0")
+    lookahead = [r.deployment.settings["num_lookahead_tokens"] for r in (mtp, ngram)]  # type: ignore[attr-defined]
+    assert [s.value for s in lookahead] == [13, 0]
+    assert [r.backend for r in mtp.rows] == ["vllm-ascend-block-table"]  # type: ignore[attr-defined]
+    assert ngram.rows == () and ngram.status == UNDECIDED  # type: ignore[attr-defined]
+
+
+@vllm
 def test_vllm_ascend_with_only_a_release_candidate_reads_the_command_through_it() -> None:
     """vllm-ascend has no final 0.21.0, only 0.21.0rc1: it is the plugin vLLM 0.21.0 runs with on an
     NPU, and its drafter (learned from its code: the reset of PR 10117) keeps the row safe."""

@@ -37,7 +37,6 @@ V0_GRAPHS = "v0-graph-block-tables"  # the V0 model runner's captured block tabl
 V1_TABLE = "v1-block-table"  # the V1 worker's block table, filled from the KV cache manager
 WAITING_PAD = "v1-waiting-pad"  # the V1 scheduler's padding of a waiting request to 1 + k tokens
 DRAFT_STEPS = "draft-steps"  # a drafter that runs more than one step on the platform's graph
-MODEL_FREE_METHODS = ("ngram", "suffix")  # drafters that match text and run no model: no step reads the KV table
 # The parser destinations whose values the settings below are resolved from: a flag writing one
 # of them is "modelled" (shown as given, beside the value the engine resolved).
 MODELLED_FLAGS = {
@@ -82,6 +81,9 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     method = _first(s, "speculative_config.method")
     k = int(str(_first(s, "speculative_config.num_speculative_tokens") or 0))
     lookahead = _lookahead(s)
+    # The v1 scheduler reserves KV slots for the drafts only where the drafter runs a model over them
+    # (its speculative config's use_eagle, uses_draft_model): ngram, ngram_gpu and suffix match text.
+    drafter_runs_model = "num_lookahead_tokens" in s.engine and lookahead > 0
     max_num_seqs = int(str(s.take("scheduler_config.max_num_seqs")))
     batched = _first(s, "scheduler_config.max_num_batched_tokens")
     dcp = int(str(_first(s, "parallel_config.decode_context_parallel_size") or 1))
@@ -124,7 +126,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
             s.notes.append("v1-waiting-pad: its lengths are prompts sent again with all but their last token in the "
                            "prefix cache (or resumed after preemption) while another request decodes; the scheduler "
                            f"may pad such a prompt to 1 + {k} tokens (docs/engine-facts.md#vllm-v1-waiting-pad)")
-    if k > 1 and plugin is not None and method not in MODEL_FREE_METHODS:  # the plugin's drafter steps through its graph
+    if k > 1 and plugin is not None and drafter_runs_model:  # the plugin's drafter steps through its graph
         names += (DRAFT_STEPS,)
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)
     extra = {"method": method, "lookahead": lookahead, "dcp_size": dcp, "pcp_size": pcp, "max_num_batched_tokens": batched,
