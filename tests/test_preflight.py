@@ -352,7 +352,8 @@ def test_the_46074_command_is_parsed_and_resolved(engine: str) -> None:
     # the reach is the release's measured scheduler: a request holding max_model_len tokens stops, so
     # its last step runs at max_model_len - 2, carrying no committed token past its cap
     assert d.reach_rule.cap_offset == 2 and d.reach_rule.overshoot == 0 and d.reach_rule.clamps_reads
-    assert d.reach_rule.sources["committed_cap"].startswith(f"measured: {engine}'s Scheduler.schedule")
+    # scheduled asynchronously (the release's default here): the cap measured on its AsyncScheduler
+    assert d.reach_rule.sources["committed_cap"].startswith(f"measured: {engine}'s AsyncScheduler")
     assert d.settings["max_model_len"].origin == "given" and d.settings["model_config.max_model_len"].value == 350000
     # the expand error's numbers: the aligned table and the unaligned buffer
     assert -(-g.context_len // g.page_size) == 5469

@@ -91,6 +91,7 @@ class ReachRule:
     sources: dict[str, str]
     scheduler: SchedulerFacts | None = None
     substituted: str | None = None  # the release whose facts stand in, where not this one's own
+    assumed: str | None = None  # what the rule takes without having measured it, said in the verdict
 
     def with_overshoot(self, overshoot: int | None) -> ReachRule:
         if overshoot is None:

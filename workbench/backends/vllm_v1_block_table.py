@@ -28,6 +28,10 @@ section ``kv``):
   ``max_model_len``), ``to-limit`` (``max_model_len - c``, 0.8.5 to 0.9.1) or ``below-limit``
   (``max_model_len - 1 - c``, 0.9.2 on; ``max_model_len - c - sampled`` with one token sampled
   a step in the newest). The line of ``Scheduler.schedule`` that caps is kept beside it.
+* ``async_cap`` (measured, section ``async``, by running ``AsyncScheduler`` as the engine core's
+  batch queue drives it: ``learn_vllm_async``): the form of ``CAPS`` that gives every step the
+  asynchronous scheduler forms, at the ``num_computed_tokens`` it counts with the step before still
+  in flight. Absent where the release schedules no drafter asynchronously (before 0.11.1).
 
 Worked example (0.8.2, n-gram with 3 drafts, ``max_model_len`` 4096, block size 16): rows of 256
 blocks. A request that has committed 4093 tokens and drafted 3 asks for ``cdiv(4093 + 4, 16) = 257``
@@ -64,6 +68,7 @@ from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 NAME = "vllm-v1-block-table"
 SECTION = "kv"  # the learned section these facts live in (its own learner: ``learn_vllm.learn_kv``)
+ASYNC_SECTION = "async"  # the asynchronous scheduler's cap (its own learner: ``learn_vllm_async``)
 SLOTS = ("capped", "preallocated", "row-limited")
 # How a release's scheduler caps a running request's step of 1 + d tokens at committed length c:
 # the offset o of min(1 + d, max_model_len - o - c), None where it does not.
@@ -80,6 +85,7 @@ class KvRelease:
     preallocate_tokens: int  # extra tokens' worth of blocks a ``preallocated`` manager gives
     scheduler_cap: str  # a key of CAPS
     table_alignment: str  # a key of ALIGNMENTS
+    async_cap: str | None = None  # a key of CAPS; None where the asynchronous scheduler was not measured
 
     @property
     def scheduler_caps(self) -> bool:
@@ -91,6 +97,7 @@ def releases() -> dict[str, KvRelease]:
     """Every learned vLLM release whose ``kv`` section measured the slots policy, oldest first."""
     found: dict[str, KvRelease] = {}
     tables = vllm_releases.learned_facts("vllm-indexer-block-table")
+    asynchronous = vllm_releases.learned_facts(NAME, section_name=ASYNC_SECTION)
     for engine, facts in vllm_releases.learned_facts(NAME, section_name=SECTION).items():
         alignment = (tables.get(engine, {}).get("table_alignment") or {}).get("value")
         if (facts.get("slots", {}).get("value") not in SLOTS or alignment not in ALIGNMENTS
@@ -98,7 +105,8 @@ def releases() -> dict[str, KvRelease]:
             continue
         found[engine] = KvRelease(
             slots=str(facts["slots"]["value"]), preallocate_tokens=int(facts["preallocate_tokens"]["value"] or 0),
-            scheduler_cap=str(facts["scheduler_cap"]["value"]), table_alignment=str(alignment))
+            scheduler_cap=str(facts["scheduler_cap"]["value"]), table_alignment=str(alignment),
+            async_cap=(asynchronous.get(engine, {}).get("async_cap") or {}).get("value"))
     return found
 
 

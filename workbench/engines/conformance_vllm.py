@@ -23,7 +23,9 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
   the release's ``kv`` section was learned);
 * ``Scheduler.schedule`` on a prompt sent again near ``max_model_len`` (the scheduler's padding of a
   waiting request), against the waiting-pad backend's ``first_step`` with the release's learned form
-  (``learn_vllm_pad``; where the ``pad`` section was learned).
+  (``learn_vllm_pad``; where the ``pad`` section was learned);
+* ``AsyncScheduler.schedule`` on a request run to its end with the step before in flight, against
+  the cap form learned for it (``learn_vllm_async``; where the ``async`` section measured one).
 
 ``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
 """
@@ -348,4 +350,12 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
             from workbench.engines import learn_vllm_pad
 
             rows.append(learn_vllm_pad.conformance_row(session, waiting["backends"][PAD], states, seed))
+        asynchronous = learned.section(engine, "async")
+        if asynchronous is not None:  # the asynchronous scheduler's cap, learned apart (learn_vllm_async)
+            from workbench.backends.vllm_v1_block_table import NAME as TABLE
+            from workbench.engines import learn_vllm_async
+
+            facts = asynchronous["backends"][TABLE]
+            if facts["async_cap"]["how"] == "measured":
+                rows.append(learn_vllm_async.conformance_row(session, facts, states, seed))
     return [{"engine": engine, **row} for row in rows]

@@ -208,9 +208,10 @@ class Worker:
 
         return self._points(one, [[s] for s in task["states"]])
 
-    def _config(self, key: tuple[Any, ...], variants: list[list[str]]) -> Any:
+    def _config(self, key: tuple[Any, ...], variants: list[list[str]], *, first_refusal: bool = False) -> Any:
         """The engine config the release builds from the first of ``variants`` (argument lists on the
-        reference Llama) its parser takes, kept under ``key``; the last refusal where none is taken."""
+        reference Llama) its parser takes, kept under ``key``; the last refusal where none is taken
+        (the first with ``first_refusal``: the later variants are fallbacks whose refusals say less)."""
         if key not in self.configs:  # an engine config takes seconds: the states share a few
             found: Any = None
             for argv in variants:
@@ -218,7 +219,7 @@ class Worker:
                     found = self._adapter().engine_config([self._model("llama"), *argv])
                     break
                 except Exception as error:  # noqa: BLE001 - the release's refusal answers every state of it
-                    found = error
+                    found = error if not (first_refusal and isinstance(found, Exception)) else found
             self.configs[key] = found
         return self.configs[key]
 
@@ -244,6 +245,33 @@ class Worker:
             if getattr(config.scheduler_config, "async_scheduling", False):
                 return {"error": "the release schedules this configuration asynchronously"}
             return vllm_buffers.decode_step(copy.deepcopy(config), state["computed"], state["k"])
+
+        return self._points(one, [[s] for s in task["states"]])
+
+    def async_steps(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Each state's ``vllm_buffers.async_steps`` on the reference Llama, served with ``k`` draft
+        tokens, asynchronous scheduling and no prefix caching. The drafter is the first the release
+        schedules asynchronously: ``ngram``, else ``ngram_gpu``, else the reference Llama as an EAGLE
+        head or as its own draft model (which drafter it is changes nothing the scheduler does with
+        the count of drafts)."""
+        from workbench.engines import vllm_buffers
+
+        def one(state: dict[str, Any]) -> dict[str, Any]:
+            k = state["k"]
+            drafters: list[dict[str, Any]] = [
+                {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+                {"method": "ngram_gpu", "prompt_lookup_max": 3, "prompt_lookup_min": 1},
+                {"method": "eagle", "model": self._model("llama")},
+                {"method": "draft_model", "model": self._model("llama")}]
+            base = ["--max-model-len", str(state["max_model_len"]), "--block-size", str(state["block_size"]),
+                    "--no-enable-prefix-caching", "--skip-tokenizer-init", "--async-scheduling"]
+            variants = [[*base, "--speculative-config", json.dumps({**d, "num_speculative_tokens": k})] for d in drafters]
+            config = self._config(("async", state["max_model_len"], state["block_size"], k), variants, first_refusal=True)
+            if isinstance(config, Exception):
+                return self._refused(config)
+            if not getattr(config.scheduler_config, "async_scheduling", False):
+                return {"error": "the release does not schedule this configuration asynchronously"}
+            return vllm_buffers.async_steps(copy.deepcopy(config), state["computed"], k, state["accepted"])
 
         return self._points(one, [[s] for s in task["states"]])
 

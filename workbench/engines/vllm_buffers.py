@@ -28,6 +28,7 @@ is answered per call with the state's ``dcp``, in the modules that ask.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import importlib
@@ -575,6 +576,55 @@ def decode_step(config: Any, computed: int, drafts: int) -> dict[str, Any]:
         return {"error": f"{type(error).__name__}: {str(error).strip()}"}
     return {"scheduled": int(output.num_scheduled_tokens.get("r", 0)),
             "drafts": len((output.scheduled_spec_decode_tokens or {}).get("r", []))}
+
+
+def async_steps(config: Any, computed: int, drafts: int, accepted: int, limit: int = 64) -> dict[str, Any]:
+    """The decode steps the release's own ``AsyncScheduler`` forms for a request whose prompt holds
+    ``computed`` tokens, driven as the engine core's batch queue drives it (two steps in flight: a
+    step is formed before the output of the one before it comes back) until the request finishes:
+    ``{"steps": [[c, n, d], ...], "finished": bool}``, each step's ``num_computed_tokens`` when it
+    was formed (counting the tokens of the step still in flight), its tokens and its draft tokens;
+    or ``{"error": ...}``. Each step's output samples its first ``accepted`` drafts and one token
+    more, as a model runner's would; the drafts themselves stay with the worker (the scheduler
+    holds placeholders), so none are handed back. ``config`` schedules asynchronously."""
+    scheduler, request = _scheduler(config, hashed=False)
+    made = request("r", _tokens(computed), 1 << 30)
+    queue: collections.deque[tuple[Any, int, bool]] = collections.deque()  # (output, drafts verified, samples)
+    steps: list[list[int]] = []
+    produced = 0
+    try:
+        scheduler.add_request(made)
+        while len(steps) < limit:
+            if scheduler.has_requests():
+                before = int(made.num_computed_tokens)
+                output = scheduler.schedule()
+                n = int(output.num_scheduled_tokens.get("r", 0))
+                verified = len((output.scheduled_spec_decode_tokens or {}).get("r", []))
+                if n and before >= computed:  # the prompt's own steps are not decode steps
+                    steps.append([before, n, verified])
+                queue.appendleft((output, verified, n > 0 and before + n >= computed))
+                if len(queue) < 2 and (n > 0 or scheduler.has_requests()):
+                    continue
+            if not queue:
+                break
+            done, verified, samples = queue.pop()
+            sampled = _tokens(1 + min(accepted, verified), computed + 1 + produced) if samples else []
+            produced += len(sampled)
+            scheduler.update_from_output(done, _output(sampled))
+    except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
+        return {"error": f"{type(error).__name__}: {str(error).strip()}"}
+    return {"steps": steps, "finished": bool(made.is_finished())}
+
+
+def _output(sampled: list[int]) -> Any:
+    """A model runner's output for request ``r``: ``sampled`` tokens (none for a prompt chunk)."""
+    outputs = importlib.import_module("vllm.v1.outputs")
+    cls = outputs.ModelRunnerOutput
+    kind = next((str(f.type) for f in dataclasses.fields(cls) if f.name == "sampled_token_ids"), "")
+    ids: Any = [np.array(sampled, dtype=np.int64)] if "ndarray" in kind else [list(sampled)]
+    known: dict[str, Any] = {"req_ids": ["r"], "req_id_to_index": {"r": 0}, "sampled_token_ids": ids,
+                             "spec_token_ids": None, "logprobs": None, "prompt_logprobs_dict": {}, "pooler_output": []}
+    return cls(**_fill(cls, known))
 
 
 def _hand_back(scheduler: Any, scheduled: Any, token: int, drafts: list[int]) -> None:

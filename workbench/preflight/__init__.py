@@ -220,6 +220,8 @@ def _assumed(deployment: Deployment, rows: Sequence[Row]) -> str:
     rule = deployment.reach_rule
     if rule.substituted:
         parts.append(f"reach facts of {rule.substituted} stand in for {deployment.version.engine}")
+    if rule.assumed:
+        parts.append(rule.assumed)
     if rule.overshoot is not None and rule.scheduler is not None:
         parts.append(f"--overshoot {rule.overshoot} is a what-if, not the scheduler's reach")
     if deployment.pool_estimated and any(r.pool_holds is not None for r in rows):

@@ -100,7 +100,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     v1 = v0_backend is None and plugin is None
     measured = v1_table.bracketing_release(context.choice.release) if v1 else None
     rule = reach_rule(context.version) if measured is None else \
-        _measured_reach(measured, context.choice.release, max_model_len, k)
+        _measured_reach(measured, context.choice.release, max_model_len, k, asynchronous and k > 0)
     cap = v1_table.releases()[measured].scheduler_cap if measured else None
     if cap == "uncapped":
         s.notes.append(f"{measured}'s Scheduler.schedule caps no running request's step by max_model_len (measured): "
@@ -137,15 +137,24 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
                       not eager, rule, s.rest(resolution.flags), resolution.flags, (*resolution.notes, *s.notes), extra)
 
 
-def _measured_reach(release: str, launched: str, max_model_len: int, drafts: int) -> ReachRule:
+def _measured_reach(release: str, launched: str, max_model_len: int, drafts: int, asynchronous: bool) -> ReachRule:
     """The reach of a V1 launch of ``launched`` from ``release``'s measured scheduler (its own, or
     the measured neighbour that stands in for it): the last committed length at which its
     ``decode_step`` still runs a step (the request stops on holding ``max_model_len`` tokens), no
-    committed token past it, and reads clamped where the KV manager caps the slots."""
+    committed token past it, and reads clamped where the KV manager caps the slots. A launch that
+    schedules its drafts asynchronously takes the cap measured on the release's ``AsyncScheduler``
+    (section ``async``); where that was not measured, the synchronous one, and the rule says so."""
     kv = v1_table.releases()[release]
-    last = v1_table.last_step(kv.scheduler_cap, max_model_len, drafts)
     how = f"measured: {release}'s Scheduler.schedule and update_from_output (its kv section)"
+    cap, assumed = kv.scheduler_cap, None
+    if asynchronous and kv.async_cap is not None:
+        cap = kv.async_cap
+        how = f"measured: {release}'s AsyncScheduler driven as the engine core's batch queue (its async section)"
+    elif asynchronous:
+        assumed = (f"the asynchronous scheduler caps as {release}'s synchronous one ({cap}): "
+                   f"its AsyncScheduler was not measured (workbench engines learn {release})")
+    last = v1_table.last_step(cap, max_model_len, drafts)
     return ReachRule(engine=launched, cap_offset=max_model_len - last, overshoot=0, clamps_reads=kv.slots == "capped",
                      sources={"committed_cap": f"{how}: the last step runs at max_model_len - {max_model_len - last}",
                               "overshoot": how, "lookahead_clamp": f"measured: {release}'s allocate_slots ({kv.slots})"},
-                     substituted=release if release != launched else None)
+                     substituted=release if release != launched else None, assumed=assumed)
