@@ -162,6 +162,36 @@ def test_a_missing_file_beside_the_config_is_named_not_refused(tmp_path: Path) -
     assert answer.status == UNDECIDED and "needs a file of the model that is not on this machine" in answer.message
 
 
+def test_the_files_the_engine_asked_for_and_the_cache_lacks_are_named(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """transformers' ``cached_files`` raising for a file (remote code, a tokenizer) is noted, and
+    the answer names that file and how to fetch it, for a hub id and for a local folder."""
+    from workbench.engines import model_lookup
+
+    def cached_files(path_or_repo_id: str, filenames: list[str], **kwargs: object) -> list[str]:
+        if "configuration_deepseek.py" in filenames:
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+        return [f"{path_or_repo_id}/{name}" for name in filenames]
+
+    monkeypatch.setitem(sys.modules, "transformers.utils.hub", types.SimpleNamespace(cached_files=cached_files))
+    monkeypatch.setattr(model_lookup, "ASKED_ABSENT", [])
+    model_lookup.note_absent_files()
+    hub = sys.modules["transformers.utils.hub"]
+    assert hub.cached_files("deepseek-ai/DeepSeek-R1", ["config.json"]) == ["deepseek-ai/DeepSeek-R1/config.json"]
+    with pytest.raises(OSError):
+        hub.cached_files("deepseek-ai/DeepSeek-R1", ["configuration_deepseek.py"])
+    cached = Located("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1", "cache", folder=str(tmp_path))
+    assert model_lookup.absent_files(cached) == (
+        "the engine asked for configuration_deepseek.py, which the Hugging Face cache does not hold; fetch it into "
+        "the cache (hf download deepseek-ai/DeepSeek-R1 configuration_deepseek.py)")
+    other = Located("Qwen/Qwen3-8B", "Qwen/Qwen3-8B", "cache", folder=str(tmp_path / "other"))
+    assert model_lookup.absent_files(other) is None  # asked of another model: not this one's
+    with pytest.raises(OSError):
+        hub.cached_files(str(tmp_path), ["configuration_deepseek.py"])  # the engine given the folder itself
+    local = Located(str(tmp_path), str(tmp_path), "directory", folder=str(tmp_path))
+    assert "not beside its config.json" in str(model_lookup.absent_files(local))
+
+
 def test_an_entry_point_that_gives_up_before_its_parser_says_what_it_logged() -> None:
     import logging
 

@@ -244,6 +244,18 @@ def test_vllm_on_an_npu_without_a_plugin_release_is_undecided_naming_those_with_
 
 
 @sglang
+def test_a_model_whose_remote_code_is_not_cached_is_undecided_naming_the_file() -> None:
+    """The test cache holds DeepSeek-R1's config.json only; with --trust-remote-code the engine
+    loads the module its config's auto_map names, and the answer names that file."""
+    snapshot = next((HF_CACHE / "models--deepseek-ai--DeepSeek-R1" / "snapshots").iterdir())
+    module = json.loads((snapshot / "config.json").read_text())["auto_map"]["AutoConfig"].split(".")[0] + ".py"
+    result = _check("python3 -m sglang.launch_server --tp 8 --model deepseek-ai/DeepSeek-R1 --trust-remote-code")
+    assert result.status == UNDECIDED  # type: ignore[attr-defined]
+    assert f"the engine asked for {module}" in result.verdict  # type: ignore[attr-defined]
+    assert f"hf download deepseek-ai/DeepSeek-R1 {module}" in result.verdict  # type: ignore[attr-defined]
+
+
+@sglang
 def test_the_gpu_given_picks_the_engines_default_backend() -> None:
     base = "python -m sglang.launch_server --model-path Qwen/Qwen3-32B"
     hopper = resolve(base, engine="sglang==0.5.23", gpu="h100", progress=None)

@@ -81,7 +81,49 @@ def apply_hub_env(lookup_env: Mapping[str, str]) -> str:
             setattr(transformers_hub, name, cache)
     if hasattr(transformers_hub, "_is_offline_mode"):
         transformers_hub._is_offline_mode = True
+    note_absent_files()
+    ASKED_ABSENT.clear()  # this request's look-ups only
     return cache
+
+
+ASKED_ABSENT: list[tuple[str, tuple[str, ...]]] = []  # (repo or folder, files) a model file look-up could not give
+
+
+def note_absent_files() -> None:
+    """Make transformers' ``cached_files`` (every file of a model it reads: a config, its remote
+    code, a tokenizer) note the files it raised for, so that an engine stopped for want of one can
+    be told which the engine asked for. Releases with a transformers before ``cached_files`` are
+    left as they are (their messages only say the cache lacks a file)."""
+    hub = sys.modules.get("transformers.utils.hub")  # imported by apply_hub_env, from the release's deps
+    original = getattr(hub, "cached_files", None)
+    if original is None or getattr(original, "workbench_notes", False):
+        return
+
+    def cached_files(path_or_repo_id: object, filenames: list[str], *args: object, **kwargs: object) -> object:
+        try:
+            return original(path_or_repo_id, filenames, *args, **kwargs)
+        except OSError:
+            ASKED_ABSENT.append((str(path_or_repo_id), tuple(str(f) for f in filenames)))
+            raise
+
+    cached_files.workbench_notes = True  # type: ignore[attr-defined]
+    hub.cached_files = cached_files  # type: ignore[union-attr]
+
+
+def absent_files(model: Located) -> str | None:
+    """What to give for the files of ``model`` the engine asked for and this machine lacks (noted
+    by ``note_absent_files`` since the last ``ASKED_ABSENT.clear()``), or None where none was."""
+    folder = os.path.realpath(model.folder) if model.folder else None
+    asked = [files for where, files in ASKED_ABSENT
+             if where in (model.name, model.engine_path) or (folder and os.path.realpath(where) == folder)]
+    if not asked:
+        return None
+    names = list(dict.fromkeys(f for files in asked for f in files))
+    shown = ", ".join(names)
+    if _looks_local(model.name) or not model.folder:
+        return f"the engine asked for {shown}, which is not beside its config.json; put the model's files there"
+    return (f"the engine asked for {shown}, which the Hugging Face cache does not hold; fetch "
+            f"{'it' if len(names) == 1 else 'them'} into the cache (hf download {model.name} {' '.join(names)})")
 
 
 def _looks_local(name: str) -> bool:

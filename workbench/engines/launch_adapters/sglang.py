@@ -62,7 +62,15 @@ from workbench.engines.launch_adapters.common import (
     unknown_model_type,
 )
 from workbench.engines.launch_adapters.sglang_runner import run_runner_stage
-from workbench.engines.model_lookup import ASSUMED_ABSENT, Located, answer_hub_from_cache, apply_hub_env, locate, warm_hub_client
+from workbench.engines.model_lookup import (
+    ASSUMED_ABSENT,
+    Located,
+    absent_files,
+    answer_hub_from_cache,
+    apply_hub_env,
+    locate,
+    warm_hub_client,
+)
 
 # The settings the workbench's side reads (workbench.preflight.resolve_sglang), reported whether or
 # not the command or the engine touched them.
@@ -322,6 +330,10 @@ class SGLangAdapter(LaunchAdapter):
                 type(error).__name__ in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "EntryNotFoundError"):
             # the engine asked for a file of the model the cache does not hold (remote code, a
             # tokenizer): offline, that is not the engine refusing, it is a file to give
+            asked = absent_files(model)
+            if asked is not None:
+                return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: {asked}", flags=tuple(flags),
+                                  seconds=times)
             return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: the engine needs a file of the model "
                                                          f"that is not on this machine ({one_line(error)[:300]}); put the "
                                                          "model's files into the Hugging Face cache, or give --model-config",

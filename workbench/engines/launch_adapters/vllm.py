@@ -64,7 +64,7 @@ from workbench.engines.launch_adapters.common import (
     traced_setattr,
     unknown_model_type,
 )
-from workbench.engines.model_lookup import Located, apply_hub_env, locate
+from workbench.engines.model_lookup import Located, absent_files, apply_hub_env, locate
 
 API_SERVER = "python -m vllm.entrypoints.openai.api_server"
 # vLLM on an Ascend NPU runs as the vllm-ascend plugin's platform (its NPUPlatform, found through the
@@ -444,6 +444,9 @@ class VLLMAdapter(LaunchAdapter):
                                                          f"({_function_of(missing, self.package_dir)}), and {model.folder} "
                                                          "holds no tokenizer file; put the model's tokenizer files beside "
                                                          "its config.json", flags=tuple(flags), seconds=times)
+        asked = absent_files(model) if isinstance(error, OSError) else None
+        if asked is not None:  # a file of the model the engine asked for (remote code, a tokenizer) is not here
+            return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: {asked}", flags=tuple(flags), seconds=times)
         if isinstance(error, OSError) and model.name in str(error):
             return Resolution(request.engine, UNDECIDED, f"MODEL {model.name}: the engine could not read its config "
                                                          f"({one_line(error)})", flags=tuple(flags), seconds=times)
