@@ -184,16 +184,13 @@ def fetch(engine: str, progress: Progress | None = None) -> EngineInstall:
             return found
         if name in SLIM_FAMILIES:
             return _fetch_slim(engine, SLIM_FAMILIES[name], progress or (lambda line: None))
-        return _fetch_full(engine, name, version)
+        return _fetch_full(engine, name, version, progress or (lambda line: None))
 
 
-def _fetch_full(engine: str, name: str, version: str) -> EngineInstall:
+def _fetch_full(engine: str, name: str, version: str, progress: Progress) -> EngineInstall:
     """A whole wheel unpacked, its small dependencies installed beside it (SGLang's)."""
     folder = cache_root() / f"{name}-{version}"
-    found = _await_other_fetch(engine, folder)
-    if found is not None:
-        return found
-    shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
+    _clear_interrupted(engine, folder, progress)
     wheel_dir, src, deps = folder / "wheel", folder / "src", folder / "deps"
     got = _pip("download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), f"{name}=={version}")
     wheels = sorted(wheel_dir.glob("*.whl")) if wheel_dir.exists() else []
@@ -214,26 +211,13 @@ def _fetch_full(engine: str, name: str, version: str) -> EngineInstall:
     return EngineInstall(engine, src, deps)
 
 
-FETCH_UNDER_WAY_S = 900.0  # a folder changed this recently without ``ready`` is another process's fetch
-
-
-def _await_other_fetch(engine: str, folder: Path) -> EngineInstall | None:
-    """Wait while another process (another run, another checkout) is fetching ``engine`` into
-    ``folder``, rather than removing its half-made folder; its install once ready, or None when
-    nothing is under way (a folder untouched for ``FETCH_UNDER_WAY_S`` is an interrupted fetch)."""
-    import time
-
-    def last_change() -> float:
-        try:
-            return max(p.stat().st_mtime for p in (folder, *folder.iterdir()))
-        except (FileNotFoundError, ValueError):
-            return 0.0
-    while time.time() - last_change() < FETCH_UNDER_WAY_S:
-        time.sleep(5)
-        found = cached(engine)
-        if found is not None:
-            return found
-    return None
+def _clear_interrupted(engine: str, folder: Path, progress: Progress) -> None:
+    """Remove what an interrupted fetch of ``engine`` left in ``folder``. The caller holds the
+    release's lock and found no ``ready``, so no other process is fetching it: the folder is half
+    of a fetch that was stopped (killed, or out of disk)."""
+    if folder.exists():
+        progress(f"{engine}: {folder} holds an interrupted fetch (no 'ready' file): removed, fetching again")
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _shared(kind: str, requirements: list[str], pip_args: list[str]) -> Path:
@@ -280,10 +264,7 @@ def _fetch_slim(engine: str, family: SlimFamily, progress: Progress) -> EngineIn
     reuse) the small dependencies its METADATA allows."""
     name, version = split_engine(engine)
     folder = cache_root() / f"{name}-{version}"
-    found = _await_other_fetch(engine, folder)
-    if found is not None:
-        return found
-    shutil.rmtree(folder, ignore_errors=True)  # an interrupted fetch leaves no half state behind
+    _clear_interrupted(engine, folder, progress)
     wheel_dir, src = folder / "wheel", folder / "src"
     progress(f"{engine}: downloading the wheel from the package index (pip download --no-deps)")
     got = _pip_streamed(progress, "download", "--no-deps", "--only-binary=:all:", "-d", str(wheel_dir), engine)
