@@ -64,3 +64,12 @@ def form_row(fact: Mapping[str, Any], function: str, chosen: Sequence[State], as
         return conformance_vllm.skipped(function, str(fact.get("finding") or fact.get("reason")))
     answers = ask(chosen)
     return conformance_vllm.row(function, ((s, e, model(str(form), s)) for s, e in zip(chosen, answers)))
+
+
+def section_content(learner: str, component: str, facts: dict[str, Any], rows: list[dict[str, Any]],
+                    say: Callable[[str], None]) -> dict[str, Any]:
+    """A section learned apart: its learner, its backend's facts and its conformance rows (each
+    said as it is recorded)."""
+    for r in rows:
+        say(f"conformance {r['function']}: {r['agree']} of {r['states']} agree")
+    return {"learner": learner, "backends": {component: facts}, "conformance": rows}

@@ -154,9 +154,7 @@ def section(session: Session, located: dict[str, Any], count: int, say: Progress
     facts = learn_facts(session, located, say)
     rows = [conformance_row(session, facts, count)] if facts["slots"]["how"] == "measured" else []
     rows += [step_row(session, facts, count)] if facts["scheduler_cap"]["how"] == "measured" else []
-    for r in rows:
-        say(f"conformance {r['function']}: {r['agree']} of {r['states']} agree")
-    return {"learner": LEARNER, "backends": {v1.NAME: facts}, "conformance": rows}
+    return learn_apart.section_content(LEARNER, v1.NAME, facts, rows, say)
 
 
 def learn(engine: str, *, progress: Progress, root: Path, count: int = 200) -> Path | None:

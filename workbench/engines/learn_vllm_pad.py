@@ -98,9 +98,7 @@ def learn_facts(session: Session, say: Progress) -> dict[str, Any]:
 def section(session: Session, count: int, say: Progress) -> dict[str, Any]:
     facts = learn_facts(session, say)
     rows = [conformance_row(session, facts, count)] if facts["waiting_pad"]["how"] == "measured" else []
-    for r in rows:
-        say(f"conformance {r['function']}: {r['agree']} of {r['states']} agree")
-    return {"learner": LEARNER, "backends": {pad.NAME: facts}, "conformance": rows}
+    return learn_apart.section_content(LEARNER, pad.NAME, facts, rows, say)
 
 
 def learn(engine: str, *, progress: Progress, root: Path, count: int = 200) -> Path | None:
