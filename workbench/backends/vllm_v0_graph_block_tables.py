@@ -76,6 +76,21 @@ def row_writes() -> dict[str, Mapping[str, str]]:
     return found
 
 
+STOP_SECTION = "v0-stop"  # where the V0 engine stops a request (its own learner: ``learn_vllm_v0_stop``)
+
+
+def stop_forms() -> dict[str, tuple[str, str]]:
+    """Per release with a V0 engine, which sequences it ends near ``max_model_len`` (``at-limit`` or
+    ``past-limit``), without and with asynchronous output processing, measured by running its
+    scheduler and stop checker (section ``v0-stop``, ``learn_vllm_v0_stop``)."""
+    found: dict[str, tuple[str, str]] = {}
+    for engine, facts in vllm_releases.learned_facts(NAME, section_name=STOP_SECTION).items():
+        plain, asynchronous = (facts.get(name, {}).get("value") for name in ("v0_stop", "v0_async_stop"))
+        if isinstance(plain, str) and isinstance(asynchronous, str):
+            found[engine] = (plain, asynchronous)
+    return found
+
+
 @dataclass(frozen=True, kw_only=True)
 class V0GraphCase(BackendCase):
     """One decode step that may replay a captured graph."""

@@ -25,7 +25,10 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
   waiting request), against the waiting-pad backend's ``first_step`` with the release's learned form
   (``learn_vllm_pad``; where the ``pad`` section was learned);
 * ``AsyncScheduler.schedule`` on a request run to its end with the step before in flight, against
-  the cap form learned for it (``learn_vllm_async``; where the ``async`` section measured one).
+  the cap form learned for it (``learn_vllm_async``; where the ``async`` section measured one);
+* the V0 ``Scheduler.schedule`` and ``StopChecker`` on a request near ``max_model_len``, with and
+  without asynchronous output processing, against the stop forms learned for them
+  (``learn_vllm_v0_stop``; where the ``v0-stop`` section measured them).
 
 ``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
 """
@@ -358,4 +361,9 @@ def run_version(engine: str, *, states: int, seed: int = 0) -> list[Row]:
             facts = asynchronous["backends"][TABLE]
             if facts["async_cap"]["how"] == "measured":
                 rows.append(learn_vllm_async.conformance_row(session, facts, states, seed))
+        stop = learned.section(engine, "v0-stop")
+        if stop is not None:  # where the V0 engine stops a request, learned apart (learn_vllm_v0_stop)
+            from workbench.engines import learn_vllm_v0_stop
+
+            rows += learn_vllm_v0_stop.conformance_rows(session, stop["backends"][learn_vllm_v0_stop.COMPONENT], states, seed)
     return [{"engine": engine, **row} for row in rows]

@@ -31,7 +31,16 @@ from typing import Any
 from workbench.backends import vllm_indexer_block_table as indexer_model
 from workbench.backends.vllm_v1_block_table import NAME as V1_TABLE
 from workbench.backends.vllm_v1_waiting_pad import NAME as WAITING_PAD
-from workbench.engines import conformance_vllm, learn_vllm_async, learn_vllm_kv, learn_vllm_pad, learned, releases, wheels
+from workbench.engines import (
+    conformance_vllm,
+    learn_vllm_async,
+    learn_vllm_kv,
+    learn_vllm_pad,
+    learn_vllm_v0_stop,
+    learned,
+    releases,
+    wheels,
+)
 from workbench.engines import learn_rules as lr
 from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
@@ -366,10 +375,11 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
 def _learn_apart(engine: str, progress: Progress, root: Path) -> None:
     """The sections with learners of their own (added later, so that adding one did not mean
     learning every release's other sections again): the KV cache manager's, the waiting pad's, the
-    asynchronous scheduler's."""
+    asynchronous scheduler's, the V0 engine's stop."""
     learn_vllm_kv.learn(engine, progress=progress, root=root)
     learn_vllm_pad.learn(engine, progress=progress, root=root)
     learn_vllm_async.learn(engine, progress=progress, root=root)
+    learn_vllm_v0_stop.learn(engine, progress=progress, root=root)
 
 
 # ---- the README's table ------------------------------------------------------------------------------
@@ -388,6 +398,16 @@ def _shown(fact: Mapping[str, Any] | None) -> str:
     return f"{value} ({'measured' if fact.get('how') == 'measured' else 'read'})"
 
 
+def _stop_shown(facts: Mapping[str, Any]) -> str:
+    """Which sequences the V0 engine ends, without and with asynchronous output ("-": never learned)."""
+    if not facts:
+        return "-"
+    plain, asynchronous = facts.get("v0_stop", {}), facts.get("v0_async_stop", {})
+    if plain.get("value") is None and plain.get("how") == "absent":
+        return "absent"
+    return f"{_shown(plain)} / {_shown(asynchronous)}"
+
+
 def _kv_shown(facts: Mapping[str, Any], asynchronous: Mapping[str, Any]) -> str:
     """The v1 KV cache manager's policy and how the scheduler caps, synchronous and asynchronous
     ("-": never learned)."""
@@ -401,12 +421,13 @@ def table(engines: list[str]) -> str:
     """Markdown: per learned vLLM release, what loaded from it, the buffers found and how each was
     obtained, and its conformance (states agreeing of states run)."""
     lines = ["| release | parser (options) | resolution | block table | indexer buffer | indexer fill at 46074 | "
-             "V0 graph width | V0 row write | v1 KV slots and caps | waiting pad | conformance |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "V0 graph width | V0 row write | V0 stop (sync / async output) | v1 KV slots and caps | waiting pad | "
+             "conformance |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for engine in engines:
         data = learned.load(engine)
         if data is None:
-            lines.append(f"| {engine} | not learned | | | | | | | | | |")
+            lines.append(f"| {engine} | not learned | | | | | | | | | | |")
             continue
         sections = data["sections"]
         parser = sections.get("parser", {}).get("options", {})
@@ -418,14 +439,16 @@ def table(engines: list[str]) -> str:
         slots = kv.get("backends", {}).get(V1_TABLE, {})
         waiting = sections.get("pad", {})
         asynchronous = sections.get("async", {})
+        stop = sections.get("v0-stop", {})
         rows = [*sections.get("conformance", {}).get("functions", []), *kv.get("conformance", []),
-                *waiting.get("conformance", []), *asynchronous.get("conformance", [])]
+                *waiting.get("conformance", []), *asynchronous.get("conformance", []), *stop.get("conformance", [])]
         ran = [r for r in rows if r.get("skipped") is None]
         conformance = (f"{sum(r['agree'] for r in ran)} / {sum(r['states'] for r in ran)} ({len(ran)} functions)"
                        if ran else "-")
         lines.append(" | ".join([f"| {engine}", shown_parser, str(resolution or "-")[:40], _shown(indexer.get("table_alignment")),
                                  _shown(indexer.get("buffer_alignment")), _shown(indexer.get("fill")),
                                  _shown(graphs.get("graph_width")), _shown(graphs.get("row_write")),
+                                 _stop_shown(stop.get("backends", {}).get(V0, {})),
                                  _kv_shown(slots, asynchronous.get("backends", {}).get(V1_TABLE, {})),
                                  _shown(waiting.get("backends", {}).get(WAITING_PAD, {}).get("waiting_pad")),
                                  conformance]) + " |")

@@ -275,6 +275,12 @@ class Worker:
 
         return self._points(one, [[s] for s in task["states"]])
 
+    def v0_decode_step(self, task: dict[str, Any]) -> dict[str, Any]:
+        from workbench.engines import vllm_buffers
+
+        return self._points(lambda s: vllm_buffers.v0_decode_step(s["max_model_len"], s["block_size"], s["computed"],
+                                                                  s["async_output"]), [[s] for s in task["states"]])
+
     def kv_slots(self, task: dict[str, Any]) -> dict[str, Any]:
         from workbench.engines import vllm_buffers
 

@@ -616,14 +616,72 @@ def async_steps(config: Any, computed: int, drafts: int, accepted: int, limit: i
     return {"steps": steps, "finished": bool(made.is_finished())}
 
 
-def _output(sampled: list[int]) -> Any:
-    """A model runner's output for request ``r``: ``sampled`` tokens (none for a prompt chunk)."""
-    outputs = importlib.import_module("vllm.v1.outputs")
-    cls = outputs.ModelRunnerOutput
+def v0_decode_step(max_model_len: int, block_size: int, computed: int, async_output: bool) -> dict[str, Any]:
+    """What the V0 engine does with a request whose prompt of ``computed`` tokens has been computed
+    and one token sampled: ``{"scheduled": True}`` where the release's own ``Scheduler.schedule``
+    gives it a next decode step, ``{"stopped": True}`` where it does not (its output processor's
+    ``StopChecker.maybe_stop_sequence`` finished the sequence, or the scheduler held it back), or
+    ``{"error": ...}`` where the release has no V0 engine.
+
+    As ``LLMEngine`` runs them: the sampled token is appended to the sequence and its computed
+    tokens advanced at once (``_advance_to_next_step``); without asynchronous output processing
+    the stop checker then runs before the next schedule, with it (``async_output``: the scheduler
+    was given an output callback) the next step is scheduled first and the stop check comes after."""
+    try:
+        scheduling = importlib.import_module("vllm.core.scheduler")
+        checker_cls = importlib.import_module("vllm.engine.output_processor.stop_checker").StopChecker
+    except ModuleNotFoundError as error:
+        return {"error": f"the release has no V0 engine: {error}"}
+    configs = importlib.import_module("vllm.config")
+    sequences = importlib.import_module("vllm.sequence")
+    sampling = importlib.import_module("vllm.sampling_params").SamplingParams
+    known: dict[str, Any] = {"max_num_batched_tokens": max(max_model_len, 2048), "max_num_seqs": 8,
+                             "max_model_len": max_model_len, "runner_type": "generate", "task": "generate",
+                             "enable_chunked_prefill": False, "num_lookahead_slots": 0, "is_attention_free": False}
+    scheduler_config = configs.SchedulerConfig(**_fill(configs.SchedulerConfig, known))
+    cache_config = configs.CacheConfig(**_fill(configs.CacheConfig, {"block_size": block_size,
+                                                                       "gpu_memory_utilization": 0.9, "swap_space": 0,
+                                                                       "cache_dtype": "auto"}))
+    cache_config.num_gpu_blocks = 4 * (cdiv(max_model_len, block_size) + 8)
+    cache_config.num_cpu_blocks = 0
+    scheduler = scheduling.Scheduler(scheduler_config, cache_config, None, 1, (lambda *a, **k: None) if async_output else None)
+    seq = sequences.Sequence(**_fill(sequences.Sequence, {"seq_id": 0, "block_size": block_size, "eos_token_id": None,
+                                                          "inputs": {"type": "token", "prompt_token_ids": _tokens(computed),
+                                                                     "prompt": None}}))
+    params = sampling(max_tokens=1 << 30, ignore_eos=True)
+    group = sequences.SequenceGroup(**_fill(sequences.SequenceGroup, {"request_id": "r", "seqs": [seq], "arrival_time": 0.0,
+                                                                      "sampling_params": params}))
+    try:
+        scheduler.add_seq_group(group)
+        _, prefill, _ = scheduler.schedule()
+        if not any(s.seq_group.request_id == "r" for s in prefill.scheduled_seq_groups):
+            return {"error": f"the prompt of {computed} tokens was not scheduled"}
+        group.update_num_computed_tokens(computed)  # the prompt computed: the sequence enters its decode stage
+        token = _tokens(1, computed)[0]
+        seq.append_token_id(token, {token: sequences.Logprob(0.0)})
+        if not async_output:
+            checker = checker_cls(**_fill(checker_cls, {"max_model_len": max_model_len,
+                                                        "get_tokenizer_for_seq": lambda s: None}))
+            checker.maybe_stop_sequence(seq, 0, params)
+            if seq.is_finished():
+                return {"stopped": True}
+        _, decode, _ = scheduler.schedule()
+    except Exception as error:  # noqa: BLE001 - the engine's own refusal is the answer
+        return {"error": f"{type(error).__name__}: {str(error).strip()}"}
+    if any(s.seq_group.request_id == "r" for s in decode.scheduled_seq_groups):
+        return {"scheduled": True}
+    return {"stopped": True}
+
+
+def _output(sampled: list[int], drafts: list[int] | None = None) -> Any:
+    """A model runner's output for request ``r``'s step: its ``sampled`` tokens (none for a prompt
+    chunk) and, where the release's output carries them, the ``drafts`` proposed for the next step."""
+    cls = importlib.import_module("vllm.v1.outputs").ModelRunnerOutput
     kind = next((str(f.type) for f in dataclasses.fields(cls) if f.name == "sampled_token_ids"), "")
-    ids: Any = [np.array(sampled, dtype=np.int64)] if "ndarray" in kind else [list(sampled)]
+    ids: Any = [np.array(sampled, dtype=np.int64)] if "ndarray" in kind else [list(sampled)]  # 0.11.x: an array
     known: dict[str, Any] = {"req_ids": ["r"], "req_id_to_index": {"r": 0}, "sampled_token_ids": ids,
-                             "spec_token_ids": None, "logprobs": None, "prompt_logprobs_dict": {}, "pooler_output": []}
+                             "spec_token_ids": None if drafts is None else [drafts], "logprobs": None,
+                             "prompt_logprobs_dict": {}, "pooler_output": []}  # a generating model runner pools nothing
     return cls(**_fill(cls, known))
 
 
@@ -632,14 +690,8 @@ def _hand_back(scheduler: Any, scheduled: Any, token: int, drafts: list[int]) ->
     gives it: one sampled token, and the drafts (in the output where it has ``spec_token_ids``, else
     through the scheduler's ``update_draft_token_ids``, as later engine cores hand them over)."""
     outputs = importlib.import_module("vllm.v1.outputs")
-    cls = outputs.ModelRunnerOutput
-    kind = next((str(f.type) for f in dataclasses.fields(cls) if f.name == "sampled_token_ids"), "")
-    sampled: Any = [np.array([token])] if "ndarray" in kind else [[token]]  # 0.11.x: one array per request
-    known: dict[str, Any] = {"req_ids": ["r"], "req_id_to_index": {"r": 0}, "sampled_token_ids": sampled,
-                             "spec_token_ids": [drafts], "logprobs": None, "prompt_logprobs_dict": {},
-                             "pooler_output": []}  # a generating model runner pools nothing
-    scheduler.update_from_output(scheduled, cls(**_fill(cls, known)))
-    if "spec_token_ids" not in inspect.signature(cls).parameters and drafts:
+    scheduler.update_from_output(scheduled, _output([token], drafts))
+    if "spec_token_ids" not in inspect.signature(outputs.ModelRunnerOutput).parameters and drafts:
         scheduler.update_draft_token_ids(outputs.DraftTokenIds(["r"], [drafts]))
 
 

@@ -27,7 +27,9 @@ asynchronous scheduling and prefix caching also gets the scheduler's padding of 
 from __future__ import annotations
 
 from workbench.analysis.reach import ReachRule, reach_rule
+from workbench.backends import vllm_v0_graph_block_tables as v0_graphs
 from workbench.backends import vllm_v1_block_table as v1_table
+from workbench.engines import learn_vllm_v0_stop, vllm_releases
 from workbench.engines.launch_adapters import ENGINE, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
@@ -52,7 +54,7 @@ READS = MODELLED_FLAGS | {
     "parallel_config.decode_context_parallel_size", "parallel_config.prefill_context_parallel_size",
     "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
     "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "v0_attention_backend", "platform_plugin",
-    "scheduler_config.async_scheduling", "cache_config.enable_prefix_caching",
+    "scheduler_config.async_scheduling", "cache_config.enable_prefix_caching", "model_config.use_async_output_proc",
 }
 
 
@@ -99,8 +101,13 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
             s.take(flag.dest)
     v1 = v0_backend is None and plugin is None
     measured = v1_table.bracketing_release(context.choice.release) if v1 else None
-    rule = reach_rule(context.version) if measured is None else \
-        _measured_reach(measured, context.choice.release, max_model_len, k, asynchronous and k > 0)
+    stopped = vllm_releases.bracketing(v0_graphs.stop_forms(), context.choice.release) if v0_backend else None
+    if measured is not None:
+        rule = _measured_reach(measured, context.choice.release, max_model_len, k, asynchronous and k > 0)
+    elif stopped is not None:
+        rule = _v0_reach(stopped, context.choice.release, max_model_len, bool(_first(s, "model_config.use_async_output_proc")))
+    else:
+        rule = reach_rule(context.version)
     cap = v1_table.releases()[measured].scheduler_cap if measured else None
     if cap == "uncapped":
         s.notes.append(f"{measured}'s Scheduler.schedule caps no running request's step by max_model_len (measured): "
@@ -109,7 +116,7 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
         why = "the vllm-v1-block-table row models its steps" if cap == "uncapped" else \
             f"its scheduler carries no committed token past its cap ({rule.sources['overshoot']})"
         s.notes.append(f"--overshoot {context.overshoot} ignored: {context.choice.release}: {why}")
-    s.add("overshoot", rule.overshoot, ENGINE if measured else "read", rule.sources["overshoot"])
+    s.add("overshoot", rule.overshoot, ENGINE if measured or stopped else "read", rule.sources["overshoot"])
     geometry = check_geometry(context_len=max_model_len, page_size=block_size, draft_tokens=k, spec_steps=max(k, 1),
                               spec_topk=1, max_bs=max_num_seqs, width_gen="g1")
     names: tuple[str, ...] = ()
@@ -158,3 +165,19 @@ def _measured_reach(release: str, launched: str, max_model_len: int, drafts: int
                      sources={"committed_cap": f"{how}: the last step runs at max_model_len - {max_model_len - last}",
                               "overshoot": how, "lookahead_clamp": f"measured: {release}'s allocate_slots ({kv.slots})"},
                      substituted=release if release != launched else None, assumed=assumed)
+
+
+def _v0_reach(release: str, launched: str, max_model_len: int, async_output: bool) -> ReachRule:
+    """The reach of a V0 launch from ``release``'s measured scheduler and stop checker (its own, or
+    the measured neighbour that stands in for it): the largest committed length at which a request
+    still gets a decode step, with or without asynchronous output processing as the launch has it."""
+    plain, asynchronous = v0_graphs.stop_forms()[release]
+    form = asynchronous if async_output else plain
+    last = learn_vllm_v0_stop.last_step(form, max_model_len)
+    mode = "asynchronous output processing" if async_output else "the stop check before each schedule"
+    how = f"measured: {release}'s Scheduler.schedule and StopChecker, with {mode} ({form}; its v0-stop section)"
+    return ReachRule(engine=launched, cap_offset=max_model_len - last, overshoot=0, clamps_reads=False,
+                     sources={"committed_cap": f"{how}: the last step runs at max_model_len - {max_model_len - last}",
+                              "overshoot": how, "lookahead_clamp": "none: the V0 block manager gives the lookahead "
+                              "slots past a sequence as they are (vllm-v0-graph-block-tables models them)"},
+                     substituted=release if release != launched else None)
