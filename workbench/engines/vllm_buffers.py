@@ -631,7 +631,7 @@ def v0_decode_step(max_model_len: int, block_size: int, computed: int, async_out
         scheduling = importlib.import_module("vllm.core.scheduler")
         checker_cls = importlib.import_module("vllm.engine.output_processor.stop_checker").StopChecker
     except ModuleNotFoundError as error:
-        return {"error": f"the release has no V0 engine: {error}"}
+        return {"error": f"{type(error).__name__}: {error}"}
     configs = importlib.import_module("vllm.config")
     sequences = importlib.import_module("vllm.sequence")
     sampling = importlib.import_module("vllm.sampling_params").SamplingParams
