@@ -190,6 +190,8 @@ def test_the_files_the_engine_asked_for_and_the_cache_lacks_are_named(monkeypatc
         hub.cached_files(str(tmp_path), ["configuration_deepseek.py"])  # the engine given the folder itself
     local = Located(str(tmp_path), str(tmp_path), "directory", folder=str(tmp_path))
     assert "not beside its config.json" in str(model_lookup.absent_files(local))
+    given = Located("/ossfs/DeepSeek-R1", str(tmp_path), "--model-config r1.json", folder=str(tmp_path))
+    assert "which --model-config does not give" in str(model_lookup.absent_files(given))
 
 
 def test_an_entry_point_that_gives_up_before_its_parser_says_what_it_logged() -> None:

@@ -120,6 +120,9 @@ def absent_files(model: Located) -> str | None:
         return None
     names = list(dict.fromkeys(f for files in asked for f in files))
     shown = ", ".join(names)
+    if model.found.startswith("--model-config"):  # the folder is the workbench's, holding that config only
+        return (f"the engine asked for {shown}, which --model-config does not give (a config.json only); run the check "
+                "where the model's folder is, or name the model by its hub id with its files in the Hugging Face cache")
     if _looks_local(model.name) or not model.folder:
         return f"the engine asked for {shown}, which is not beside its config.json; put the model's files there"
     return (f"the engine asked for {shown}, which the Hugging Face cache does not hold; fetch "
