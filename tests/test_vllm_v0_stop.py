@@ -43,7 +43,7 @@ def test_each_v0_stop_section_is_sound_and_its_conformance_agrees(path: Path) ->
         if fact["how"] == "absent":  # no V0 engine: the engine's message is kept
             assert fact["value"] is None and "no V0 engine" in fact["reason"]
             continue
-        assert fact["how"] == "measured" and fact["value"] in learn_vllm_v0_stop.STOPS and fact["states"] >= 48
+        assert fact["how"] == "measured" and fact["value"] in v0.STOPS and fact["states"] >= 48
     for row in section["conformance"]:
         assert row["agree"] == row["states"] >= 200, (data["engine"], row["first_disagreement"])
 
@@ -51,8 +51,8 @@ def test_each_v0_stop_section_is_sound_and_its_conformance_agrees(path: Path) ->
 def test_the_last_step_of_each_form_is_the_hand_worked_one() -> None:
     # at-limit: a sequence of 100 tokens is ended, so the last step runs holding 99 (committed 98);
     # past-limit: one of 100 still runs (committed 99, position 99, the row's last slot)
-    assert learn_vllm_v0_stop.last_step("at-limit", 100) == 98
-    assert learn_vllm_v0_stop.last_step("past-limit", 100) == 99
+    assert v0.last_step("at-limit", 100) == 98
+    assert v0.last_step("past-limit", 100) == 99
 
 
 @pytest.mark.engine

@@ -28,7 +28,7 @@ used by xformers) assigns the whole list in every V0 release.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,6 +77,19 @@ def row_writes() -> dict[str, Mapping[str, str]]:
 
 
 STOP_SECTION = "v0-stop"  # where the V0 engine stops a request (its own learner: ``learn_vllm_v0_stop``)
+# Which sequences a V0 engine ends, by the tokens they hold: one holding max_model_len tokens
+# (at-limit), or only one holding more (past-limit: a step still runs with max_model_len tokens
+# held, on position max_model_len - 1).
+STOPS: dict[str, Callable[[int, int], bool]] = {
+    "at-limit": lambda held, limit: held >= limit,
+    "past-limit": lambda held, limit: held > limit,
+}
+
+
+def last_step(form: str, max_model_len: int) -> int:
+    """The largest committed length at which a request of a V0 engine that stops as ``form`` still
+    gets a decode step: it holds that many tokens and one sampled, and is not ended."""
+    return max(c for c in range(max_model_len - 3, max_model_len + 1) if not STOPS[form](c + 1, max_model_len))
 
 
 def stop_forms() -> dict[str, tuple[str, str]]:

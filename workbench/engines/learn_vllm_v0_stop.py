@@ -9,7 +9,7 @@ is checked. Both comparisons changed between releases, so they are measured, not
 
 Section ``v0-stop`` of ``data/engines/vllm/X.json``, with a learner of its own (``LEARNER``):
 
-* ``v0_stop`` and ``v0_async_stop`` (measured): the one form of ``STOPS`` whose model gives, on every
+* ``v0_stop`` and ``v0_async_stop`` (measured): the one form of the V0 backend's ``STOPS`` whose model gives, on every
   one of a set of seeded states, whether the release's own ``Scheduler.schedule`` gives a request
   a decode step once its prompt of ``computed`` tokens has been computed and one token sampled
   (``vllm_buffers.v0_decode_step``): with the stop checker run before the next schedule, and with
@@ -28,21 +28,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.backends.vllm_v0_graph_block_tables import NAME, STOPS
 from workbench.engines import conformance_vllm, learn_apart
 from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-v0-stop 1"  # raise when what is learned or how changes
 SECTION = "v0-stop"
-COMPONENT = "vllm-v0-graph-block-tables"  # the V0 backend whose launches take this reach
+COMPONENT = NAME  # the V0 backend whose launches take this reach
 FUNCTION = "Scheduler.schedule and StopChecker.maybe_stop_sequence (a V0 request near max_model_len)"
 TASK = "v0_decode_step"
-# Which sequences the engine ends, by the tokens they hold: one holding max_model_len tokens
-# (at-limit), or only one holding more (past-limit: a step still runs with max_model_len tokens
-# held, on position max_model_len - 1).
-STOPS: dict[str, Callable[[int, int], bool]] = {
-    "at-limit": lambda held, limit: held >= limit,
-    "past-limit": lambda held, limit: held > limit,
-}
 FACTS = {False: "v0_stop", True: "v0_async_stop"}  # by asynchronous output processing
 Progress = Callable[[str], None]
 State = dict[str, Any]
@@ -64,11 +58,6 @@ def states(count: int, asynchronous: bool, seed: int = 0) -> list[State]:
 def _model(form: str, state: State) -> dict[str, Any]:
     held = state["computed"] + 1  # the prompt and the sampled token
     return {"stopped": True} if STOPS[form](held, state["max_model_len"]) else {"scheduled": True}
-
-
-def last_step(form: str, max_model_len: int) -> int:
-    """The largest committed length at which a request still gets a decode step."""
-    return max(c for c in range(max_model_len - 3, max_model_len + 1) if not STOPS[form](c + 1, max_model_len))
 
 
 def _asked(session: Session, chosen: Sequence[State]) -> list[Any]:

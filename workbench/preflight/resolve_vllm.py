@@ -8,8 +8,10 @@ KV slots its scheduler reserves past a request (``num_lookahead_tokens``), the d
 context-parallel size, the batch limits, whether graphs are on, and, for the V0 engine, its
 capture length and the attention backend its model runner selects. The reach near the length
 limit is the release's own, measured: where the step stops (``check_stop``) and how its scheduler
-caps a running request's drafts (section ``kv``, ``learn_vllm_kv``); a V0 launch or a platform
-plugin's takes the constant read from the source (``data/launch_defaults.json``).
+caps a running request's drafts (section ``kv``, ``learn_vllm_kv``; its ``AsyncScheduler`` where the
+launch schedules asynchronously, section ``async``); a V0 launch's, where its scheduler and stop
+checker end a request (section ``v0-stop``). A platform plugin's launch takes the constant read
+from the source (``data/launch_defaults.json``).
 
 What sets tables up (``launch_names``): a DSA model has the sparse indexer's expanded block table
 (``"dsa-indexer"``), the V0 engine its graph block tables (``"v0-graph-block-tables"``), a drafter of
@@ -29,7 +31,7 @@ from __future__ import annotations
 from workbench.analysis.reach import ReachRule, reach_rule
 from workbench.backends import vllm_v0_graph_block_tables as v0_graphs
 from workbench.backends import vllm_v1_block_table as v1_table
-from workbench.engines import learn_vllm_v0_stop, vllm_releases
+from workbench.engines import vllm_releases
 from workbench.engines.launch_adapters import ENGINE, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
@@ -173,7 +175,7 @@ def _v0_reach(release: str, launched: str, max_model_len: int, async_output: boo
     still gets a decode step, with or without asynchronous output processing as the launch has it."""
     plain, asynchronous = v0_graphs.stop_forms()[release]
     form = asynchronous if async_output else plain
-    last = learn_vllm_v0_stop.last_step(form, max_model_len)
+    last = v0_graphs.last_step(form, max_model_len)
     mode = "asynchronous output processing" if async_output else "the stop check before each schedule"
     how = f"measured: {release}'s Scheduler.schedule and StopChecker, with {mode} ({form}; its v0-stop section)"
     return ReachRule(engine=launched, cap_offset=max_model_len - last, overshoot=0, clamps_reads=False,
