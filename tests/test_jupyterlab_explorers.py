@@ -398,6 +398,18 @@ class Driver:
         assert float(handle.get_attribute("aria-valuenow") or 0) == high, f"{self.name}: {label} did not reach its last stop"
         return stops + (now != low)
 
+    def set_text(self, field: Any, text: str) -> None:
+        """Give a ``continuous_update=False`` text area ``text`` and let its value reach the kernel
+        before anything else is pressed: the value is sent when the area loses focus, and
+        ipywidgets holds a model's update back while the kernel is busy with that model's last
+        one, so a button pressed at once can reach the kernel first and be read with the old text
+        (seen on a loaded CI machine)."""
+        field.fill(text)
+        field.press("Tab")  # the change event: the value is sent (or queued behind a busy kernel)
+        for _ in range(2):  # a queued update goes out once the kernel is idle; then it is processed
+            time.sleep(SETTLE_S)
+            self.page.wait_for_function(KERNEL_READY, timeout=CHECK_S * 1000)
+
     def type_value(self, label: str, value: str, named: str) -> dict[str, Any]:
         def typed() -> None:
             field = self.control(".widget-text", label).locator("input")
@@ -501,18 +513,14 @@ def drive(driver: Driver, kind: str, once: bool = False) -> int:
     elif kind == "run":
         driver.type_value("run seed", "3", "run seed 3")
     else:  # the preflight box: an edited command, read when check is pressed
-        def edited() -> None:
-            field = driver.control(".widget-textarea", "command").locator("textarea")
-            field.fill(field.input_value().replace("--context-length 32768", "--context-length 4096"))
-            driver.page.locator(".workbench-explorer button", has_text="check").click()
-        driver.act("command edited to --context-length 4096, check pressed", edited, "context_length 4096", settle=True)
+        field = driver.control(".widget-textarea", "command").locator("textarea")
+        driver.set_text(field, field.input_value().replace("--context-length 32768", "--context-length 4096"))
+        check = driver.page.locator(".workbench-explorer button", has_text="check")
+        driver.act("command edited to --context-length 4096, check pressed", check.click, "context_length 4096", settle=True)
 
-        def two_launches() -> None:  # node 0 and node 1 of one text: each launch is checked
-            field = driver.control(".widget-textarea", "command").locator("textarea")
-            command = field.input_value()
-            field.fill(f"# node 0\n{command}\n# node 1\n{command}")
-            driver.page.locator(".workbench-explorer button", has_text="check").click()
-        now = driver.act("the command twice, as node 0 and node 1", two_launches, "verdict of the text:", settle=True)
+        command = field.input_value()  # node 0 and node 1 of one text: each launch is checked
+        driver.set_text(field, f"# node 0\n{command}\n# node 1\n{command}")
+        now = driver.act("the command twice, as node 0 and node 1", check.click, "verdict of the text:", settle=True)
         assert "== launch 1 of 2" in now["line"] and "== launch 2 of 2" in now["line"], now
         if os.environ.get("WORKBENCH_SCREENSHOTS"):  # a folder: what the box shows, for a person to look at
             driver.page.locator(".workbench-explorer").screenshot(path=f"{os.environ['WORKBENCH_SCREENSHOTS']}/"
