@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from workbench.analysis.memory import load_presets
+from workbench.analysis.records import probe_record
 from workbench.analysis.sweep import SweepGrid
-from workbench.cli import probe_record
 from workbench.present.notebook_params import ParameterError, check_bool, check_choice, check_int, check_ints
 
 QWQ = ["--rule", "context", "--context-len", "32768", "--page-size", "128", "--draft-tokens", "16", "--mode",

@@ -13,6 +13,7 @@ import torch
 from devices import require
 
 from workbench.devices import device as dev
+from workbench.devices.autoload_guard import AUTOLOAD_ENV
 from workbench.devices.device import Found, allocated_bytes, device_info, sanitize_name, select_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def _broken_torch_npu(folder: Path) -> dict[str, str]:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.6.0\n")
     (info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
-    env = {k: v for k, v in os.environ.items() if k != dev.AUTOLOAD_ENV}
+    env = {k: v for k, v in os.environ.items() if k != AUTOLOAD_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(folder), str(ROOT)])
     return env
 

@@ -1,4 +1,8 @@
-"""``workbench``: the command line. It parses, calls the library and prints; no logic of its own."""
+"""``workbench``: the command line. It parses, calls the library and prints; no logic of its own.
+
+The parser is built from this module alone, without torch, pandas or the engines: ``workbench
+--help`` and a malformed argument answer at a bare Python start's speed. Each command imports what
+it runs when it runs (``tests/test_cli_start.py`` checks that parsing imports none of them)."""
 
 from __future__ import annotations
 
@@ -9,13 +13,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, NoReturn
 
-from workbench import backends
-from workbench.analysis.cases import COMPONENTS, CaseError, parse_case
-from workbench.analysis.records import boundary_record, probe_record
-from workbench.devices.device import DEVICE_CHOICES, one_torch_thread, select_device
-from workbench.model.outcome import Outcome
-from workbench.present.report import ReportError
-from workbench.sim.workload import add_simulate_flags, simulation_from_args
+from workbench.devices.kinds import DEVICE_CHOICES
+from workbench.sim.flags import add_simulate_flags
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
@@ -28,6 +27,23 @@ class BadInput(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, no usage block
         raise BadInput(message)
+
+    def format_help(self) -> str:  # the component names only when a case command's help is asked for
+        for action in self._actions:
+            if action.dest == "component":
+                action.help = f"{_COMPONENT_HELP} ({', '.join(_component_names())})"
+        return super().format_help()
+
+
+_COMPONENT_HELP = "the component of a single case"
+
+
+def _component_names() -> tuple[str, ...]:
+    """Every name a single case accepts: the tables' registry names and aliases, the allocator, the
+    case backends. From the registry, so asked for only when needed (it imports torch)."""
+    from workbench import backends
+
+    return (*backends.all_names(), "allocator", *backends.CASE_COMPONENTS)
 
 
 # ---- case flags --------------------------------------------------------------------------------
@@ -46,9 +62,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _add_case_flags(parser: argparse.ArgumentParser, *, with_seq_lens: bool) -> None:
-    parser.add_argument("component", nargs="?", choices=(*backends.all_names(), "allocator", *backends.CASE_COMPONENTS),
-                        metavar="component",
-                        help=f"the component of a single case ({', '.join(COMPONENTS)}; the tables' registry names too)")
+    parser.add_argument("component", nargs="?", metavar="component", help=_COMPONENT_HELP)
     parser.add_argument("--cases", metavar="FILE", help="JSON lines of cases ('-' = stdin)")
     parser.add_argument("--json", action="store_true", help="print the result as a JSON object")
     for name in _INT_FLAGS:
@@ -377,6 +391,7 @@ def _bench(args: argparse.Namespace, out: IO[str]) -> None:
 
 def _simulate(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     from workbench.sim.simulate_summary import run_cli, write_summary
+    from workbench.sim.workload import simulation_from_args
 
     try:
         summaries = run_cli(simulation_from_args(args), device, out)
@@ -401,6 +416,8 @@ def _hardware_check(args: argparse.Namespace, device: str, out: IO[str]) -> None
 
 def _read_cases(path: str) -> Iterator[object]:
     """Each line as parsed JSON, or a CaseError naming the line."""
+    from workbench.analysis.cases import CaseError
+
     stream: IO[str] = sys.stdin if path == "-" else _open(path)
     with stream:
         for number, line in enumerate(stream, start=1):
@@ -426,6 +443,9 @@ def _readable(record: dict[str, object]) -> str:
 
 
 def _run_cases(path: str, run: object, device: str, out: IO[str]) -> None:
+    from workbench.analysis.cases import CaseError
+    from workbench.model.outcome import Outcome
+
     assert callable(run)
     for data in _read_cases(path):
         if isinstance(data, CaseError):
@@ -437,8 +457,16 @@ def _run_cases(path: str, run: object, device: str, out: IO[str]) -> None:
 
 
 def _run_single(args: argparse.Namespace, device: str, out: IO[str]) -> None:
+    from workbench import backends
+    from workbench.analysis.cases import COMPONENTS, CaseError, parse_case
+    from workbench.analysis.records import boundary_record, probe_record
+    from workbench.model.outcome import Outcome
+
     if args.component is None:
         raise BadInput(f"give a component ({', '.join(COMPONENTS)}) or --cases FILE")
+    if args.component not in _component_names():  # as argparse's choices said it, before they were lazy
+        raise BadInput(f"argument component: invalid choice: {args.component!r} "
+                       f"(choose from {', '.join(_component_names())})")
     if backends.is_case_backend(args.component):  # its fields are its own: no flags for them
         fields = ", ".join(sorted(backends.case_backend_of(args.component).fields - {"component"}))
         raise BadInput(f"{args.component}: give its cases as JSON lines with --cases FILE (fields: {fields})")
@@ -473,6 +501,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
                                triton=args.triton, out=out, only=[p for p in args.only.split(",") if p],
                                summary=args.summary)
+        from workbench.devices.device import one_torch_thread, select_device
+
         selection = select_device(args.device)
         if args.device == "auto":  # say what was found, on stderr so the results stay clean
             print(f"workbench: {selection.summary}", file=sys.stderr)
@@ -482,13 +512,21 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     except (BadInput, ValueError) as err:
         print(f"workbench: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ReportError as err:  # the report was written; some notebook's assertions failed
-        print(f"workbench: {err}", file=sys.stderr)
+    except Exception as err:
+        if not _is_report_error(err):
+            raise
+        print(f"workbench: {err}", file=sys.stderr)  # the report was written; some notebook's assertions failed
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130
     return status
+
+
+def _is_report_error(err: Exception) -> bool:
+    """Whether ``err`` is the report's own ReportError, without importing the report for every command."""
+    report = sys.modules.get("workbench.present.report")
+    return report is not None and isinstance(err, report.ReportError)
 
 
 def _fetch(asked: list[str], out: IO[str], *, triton: bool = False) -> int:
@@ -596,6 +634,8 @@ def _dispatch(args: argparse.Namespace, device: str, out: IO[str]) -> int:
     elif args.cases is not None:
         if args.component is not None:
             raise BadInput("give either a component with flags or --cases FILE, not both")
+        from workbench.analysis.records import boundary_record, probe_record
+
         run = probe_record if args.command == "probe" else boundary_record
         _run_cases(args.cases, run, device, out)
     else:

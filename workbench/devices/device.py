@@ -7,49 +7,28 @@ auto-loading (torch >= 2.5 imports every registered backend during ``import torc
 ``import torch`` itself fail, unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` is set before the first
 import. So this module finds torch_npu without importing it (``importlib.util.find_spec``), turns
 auto-loading off before torch is imported, and later imports torch_npu explicitly under a guard.
-``workbench/__init__.py`` imports this module first so that the guard runs before any other
-workbench module imports torch. A program that imports torch *before* workbench is on its own.
+The guard itself lives in ``autoload_guard.py`` (no torch there), which ``workbench/__init__.py``
+runs first so that it holds before any workbench module imports torch. A program that imports
+torch *before* workbench is on its own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 import platform
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+from workbench.devices.autoload_guard import guard_backend_autoload, torch_npu_installed
 
-
-def torch_npu_installed() -> bool:
-    """Whether torch_npu is on the path; found without importing it, or torch."""
-    return importlib.util.find_spec("torch_npu") is not None
-
-
-def guard_backend_autoload() -> bool:
-    """Turn torch's backend auto-loading off before the first ``import torch``; True if it did.
-
-    Nothing happens when torch is already imported (too late), when the user chose a value, or
-    when torch_npu is not installed (there is nothing to auto-load that could fail).
-    """
-    if "torch" in sys.modules or AUTOLOAD_ENV in os.environ or not torch_npu_installed():
-        return False
-    os.environ[AUTOLOAD_ENV] = "0"
-    return True
-
-
-guard_backend_autoload()  # the module's one import-time effect: it must precede the first torch import
+guard_backend_autoload()  # a no-op after workbench/__init__.py ran it; here for a direct import of this module
 
 import torch  # noqa: E402
 
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "npu")
-
+from workbench.devices.kinds import DEVICE_CHOICES  # noqa: E402
 
 # ---- detection ---------------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from workbench.devices.device import DEVICE_CHOICES, resolve_device
+from workbench.devices.device import resolve_device
+from workbench.devices.kinds import DEVICE_CHOICES
 
 
 class ParameterError(ValueError):
