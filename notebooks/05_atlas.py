@@ -11,6 +11,7 @@
 #     language: python
 #     name: python3
 #   workbench:
+#     cell_timeout_s: 1800
 #     test_parameters:
 #       engines:
 #       - sglang==0.5.10
@@ -70,22 +71,23 @@ confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 import pandas as pd
 import plotly.io as pio
 
-from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
 from workbench.analysis.atlas_releases import collapse_releases
+from workbench.analysis.atlas_results import atlas_results
 from workbench.present.atlas_figure import atlas_figure
 from workbench.present.captions import atlas_claims
 from workbench.present.claims import caption
-from workbench.present.report import save_figure, save_results
+from workbench.present.report import report_note, save_figure, save_results
 
 pio.renderers.default = "plotly_mimetype+notebook"
 pd.set_option("display.width", 200)
 
-frame = run_atlas(list(engines) or None, overshoot=None if overshoot < 0 else overshoot, device=device, presets=chosen)
-if not engines:  # vLLM's buffers, at the public crash reports' deployments
-    frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
-summary = summarize(frame)
-if confirm_runs:
-    summary = confirm_by_runs(summary)
+# Computed once per content of its inputs (the code, data/, the releases learned here); a later run with
+# nothing changed reuses it, and says so here and in the report's log. With no engines chosen, vLLM's
+# buffers are rows too, at the public crash reports' deployments.
+note = report_note(output_dir, "05_atlas")
+frame, summary = atlas_results(list(engines) or None, presets=None if not presets else chosen,
+                               overshoot=None if overshoot < 0 else overshoot, device=device, confirm_runs=confirm_runs,
+                               note=note)
 save_results(frame, output_dir, "05_atlas_settings")  # every setting's row
 save_results(summary, output_dir, "05_atlas_summary")  # the report's findings are these rows
 refused = frame.status == "refused"
@@ -220,10 +222,10 @@ assert (table.batch == 1).all() and (table.first_failing_seq_len == table.reques
 # purple: the release's code gave widths no rule of the model agrees with.
 
 # %%
-from workbench.analysis.history import history
+from workbench.analysis.atlas_results import history_results
 from workbench.present.history_figure import history_figure
 
-past = history("sglang", overshoot=None if overshoot < 0 else overshoot)
+past = history_results("sglang", overshoot=None if overshoot < 0 else overshoot, note=note)
 fig = history_figure(past)
 save_figure(fig, output_dir, "05_history",
             caption="Release by release, what a reference deployment meets (first failing committed length in the "

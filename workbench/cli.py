@@ -325,15 +325,14 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.analysis.atlas import confirm_by_runs, format_summary, full_atlas, summarize
+    from workbench.analysis.atlas import format_summary
+    from workbench.analysis.atlas_results import atlas_results
 
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
     engines = _str_list(args.engine) if args.engine else None
-    frame = full_atlas(engines, overshoot=args.overshoot, device=device)
-    summary = summarize(frame)
-    if not args.no_runs:
-        summary = confirm_by_runs(summary)
+    frame, summary = atlas_results(engines, overshoot=args.overshoot, device=device, confirm_runs=not args.no_runs,
+                                   note=lambda line: print(f"workbench: {line}", file=sys.stderr))
     if args.json:
         for record in summary.to_dict(orient="records"):
             out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")
