@@ -20,18 +20,20 @@ the glossary's ([docs/glossary.md](../../docs/glossary.md)).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from workbench.analysis.seeds import SEEDS, boundary_case
-from workbench.files import atomic_write_text
+from workbench.files import atomic_write_text, exclusive
 from workbench.present.notebook_params import NOTEBOOKS_DIR
 from workbench.present.report_page import report_html
 
@@ -144,11 +146,23 @@ def fetch_engines(sources: Sequence[Path], out: IO[str]) -> None:
             out.write(f"  {err}\n")
 
 
-EXECUTION_TIMEOUT_S = 120  # per cell; the slowest cell here takes about 20 s on a loaded 2-core machine
+EXECUTION_TIMEOUT_S = 300  # per cell, unless the notebook declares its own (metadata.workbench.cell_timeout_s)
 HANG_RETRIES = 1
+PROGRESS_EVERY_S = 60.0  # a line per running notebook this often: which cell, how long
 
 
-def run_papermill(source: Path, executed: Path, parameters: dict[str, Any], *, cwd: Path) -> None:
+def notebook_cell_timeout(path: Path) -> int:
+    """The longest a cell of this notebook may take, in seconds: ``metadata.workbench.cell_timeout_s``
+    where the notebook has a cell known to be slow (05's atlas the first time over every release),
+    else ``EXECUTION_TIMEOUT_S``. A cell past it counts as a kernel that stopped answering."""
+    import nbformat
+
+    notebook = nbformat.read(str(path), as_version=4)  # type: ignore[no-untyped-call]
+    return int(notebook.metadata.get("workbench", {}).get("cell_timeout_s", EXECUTION_TIMEOUT_S))
+
+
+def run_papermill(source: Path, executed: Path, parameters: dict[str, Any], *, cwd: Path,
+                  timeout_s: int = EXECUTION_TIMEOUT_S) -> None:
     """``papermill.execute_notebook`` that cannot hang forever.
 
     Seen here: under heavy load a kernel reply can go missing and papermill then waits for ever
@@ -162,7 +176,7 @@ def run_papermill(source: Path, executed: Path, parameters: dict[str, Any], *, c
         try:
             papermill.execute_notebook(
                 str(source), str(executed), parameters=parameters, cwd=str(cwd), kernel_name=KERNEL_NAME,
-                progress_bar=False, log_output=False, execution_timeout=EXECUTION_TIMEOUT_S,
+                progress_bar=False, log_output=False, execution_timeout=timeout_s,
             )
             return
         except (CellTimeoutError, DeadKernelError, TimeoutError) as err:
@@ -181,6 +195,7 @@ def execute_notebook(
     A failing cell does not raise: the partly executed notebook is kept (papermill marks the
     failing cell) and the error is returned, so the report can show it and go on.
     """
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError  # type: ignore[import-untyped]
     from papermill.exceptions import PapermillExecutionError  # type: ignore[import-untyped]
 
     folder = out_dir / "notebooks"
@@ -189,10 +204,14 @@ def execute_notebook(
     params = {"device": device, "output_dir": str(out_dir.resolve()), **(parameters or {})}
     started = time.perf_counter()
     error = None
+    timeout_s = notebook_cell_timeout(source)
     try:
-        run_papermill(source, executed, params, cwd=out_dir.resolve())
+        run_papermill(source, executed, params, cwd=out_dir.resolve(), timeout_s=timeout_s)
     except PapermillExecutionError as err:
         error = f"cell {err.exec_count}: {err.ename}: {err.evalue}"
+    except (CellTimeoutError, DeadKernelError, TimeoutError) as err:  # a result too: the other notebooks go on
+        error = (f"{type(err).__name__}: a cell ran past its {timeout_s} s or the kernel stopped answering, "
+                 f"{HANG_RETRIES + 1} times ({err})")
     seconds = time.perf_counter() - started
     page = _render_notebook_html(executed) if executed.exists() else None
     return NotebookRun(source.stem, executed, page, seconds, error)
@@ -242,6 +261,26 @@ def save_results(frame: Any, output_dir: str | Path, name: str) -> Path:
     path = Path(output_dir) / "results" / f"{name}.json"
     atomic_write_text(path, json.dumps(records, indent=0) + "\n")
     return path
+
+
+def report_note(output_dir: str | Path, name: str) -> Callable[[str], None]:
+    """A notebook's one-line notes for the report's log (a cached result reused, say): each is printed
+    in the notebook and kept in ``<output_dir>/notes/NAME.txt``, which the report prints under the
+    notebook's own line."""
+    path = Path(output_dir) / "notes" / f"{name}.txt"
+
+    def note(line: str) -> None:
+        print(line)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    return note
+
+
+def notes_of(out_dir: Path, name: str) -> list[str]:
+    path = out_dir / "notes" / f"{name}.txt"
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 def figure_files(out_dir: Path) -> list[Path]:
@@ -297,13 +336,6 @@ def export_pngs(figures: Sequence[Path], png_dir: Path) -> tuple[list[Path], str
 # ---- the main job ------------------------------------------------------------------------------
 
 
-def _fresh(folder: Path) -> None:
-    """Empty a folder the report owns, so no figure of an earlier run is shown as current."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-
-
 def build_report(
     out_dir: str | Path, device: str, out: IO[str], *, notebooks: Sequence[Path] | None = None,
     small: bool = False,
@@ -311,24 +343,82 @@ def build_report(
     """Seeds, notebooks, HTML and PNGs into ``out_dir``; returns the notebook runs.
 
     ``small`` runs each notebook with the test parameters it declares (the test suite's mode).
+
+    The report is built in a folder of its own beside ``out_dir`` (``.NAME.building-*``, at the same
+    depth, so its relative links hold) and moved into ``out_dir`` when complete, under a lock: two
+    reports run at once into one folder each publish a whole report, the later one last, and neither
+    deletes a folder the other is writing into (seen: "output folder reports/notebooks doesn't exist").
+    An interrupted report leaves the last complete one in place.
     """
-    out_path = Path(out_dir)
-    out_path.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(final)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-{os.getpid()}-", dir=final.parent))
+    try:
+        runs = _build_into(staging, final, device, out, notebooks, small)
+        with exclusive(final.parent / f".{final.name}.building-lock"):
+            _publish(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [_moved(run, staging, final) for run in runs]
+
+
+def _remove_abandoned(final: Path) -> None:
+    """Remove the staging folders of reports that were killed (their process is gone)."""
+    for folder in final.parent.glob(f".{final.name}.building-*-*"):
+        pid = folder.name.rsplit(".building-", 1)[1].split("-", 1)[0]
+        if folder.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Move each entry the report made from ``staging`` into ``final``; an entry already there (an
+    earlier report's) is moved aside into ``staging`` first, and goes with it."""
+    final.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(staging.iterdir()):
+        if entry.name.startswith(".replaced-"):
+            continue
+        target = final / entry.name
+        if target.exists() or target.is_symlink():
+            os.replace(target, staging / f".replaced-{entry.name}")
+        os.replace(entry, target)
+
+
+def _moved(run: NotebookRun, staging: Path, final: Path) -> NotebookRun:
+    def where(path: Path | None) -> Path | None:
+        return None if path is None else final / path.relative_to(staging)
+
+    executed = where(run.executed)
+    assert executed is not None
+    return dataclasses.replace(run, executed=executed, html=where(run.html))
+
+
+def _build_into(out_path: Path, final: Path, device: str, out: IO[str], notebooks: Sequence[Path] | None,
+                small: bool) -> list[NotebookRun]:
+    """The report built in ``out_path``; the lines it prints name ``final``, where it will be."""
     rows = seed_rows(device)
     out.write(seed_table_text(rows))
     atomic_write_text(out_path / "seeds.json", json.dumps(rows, indent=2) + "\n")
-    for owned in ("figures", "tables", "results", "png", "notebooks"):
-        _fresh(out_path / owned)
     sources = notebook_paths() if notebooks is None else list(notebooks)
     fetch_engines(sources, out)
     runs = _run_notebooks(sources, out_path, device, small, out)
     figures = figure_files(out_path)
     pngs, png_note = export_pngs(figures, out_path / "png")
-    out.write(png_note + "\n" if png_note else f"wrote {len(pngs)} PNGs to {out_path / 'png'}\n")
+    out.write(png_note + "\n" if png_note else f"wrote {len(pngs)} PNGs to {final / 'png'}\n")
     page = out_path / "index.html"
     cells = [_seed_cells(row) for row in rows]
     atomic_write_text(page, report_html(cells, runs, figures, out_path, device, png_note, table_files(out_path)))
-    out.write(f"wrote {page} ({len(figures)} figures, {len(runs)} notebooks)\n")
+    out.write(f"wrote {final / page.name} ({len(figures)} figures, {len(runs)} notebooks)\n")
     return runs
 
 
@@ -353,14 +443,57 @@ def _run_notebooks(sources: Sequence[Path], out_path: Path, device: str, small: 
         state = f"FAILED {run.error}" if run.error else "ok"
         with lock:
             out.write(f"notebook {run.name}: {state} ({run.seconds:.1f} s)\n")
+            out.writelines(f"  {line}\n" for line in notes_of(out_path, run.name))
             out.flush()
         return run
 
     jobs = report_jobs(len(sources))
     if jobs > 1:
         out.write(f"running {len(sources)} notebooks, {jobs} at a time (WORKBENCH_REPORT_JOBS)\n")
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(run_one, sources))
+    running: dict[str, float] = {}  # the notebooks running now, and since when
+
+    def run_tracked(source: Path) -> NotebookRun:
+        with lock:
+            running[source.stem] = time.perf_counter()
+        try:
+            return run_one(source)
+        finally:
+            with lock:
+                running.pop(source.stem, None)
+
+    done = threading.Event()
+    reporter = threading.Thread(target=_report_progress, args=(running, lock, out_path, out, done), daemon=True)
+    reporter.start()
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(run_tracked, sources))
+    finally:
+        done.set()
+        reporter.join()
+
+
+def _report_progress(running: dict[str, float], lock: Any, out_path: Path, out: IO[str], done: Any) -> None:
+    """Every ``PROGRESS_EVERY_S``, a line per notebook still running: the cell it is at and for how long
+    (read from the executed notebook papermill writes as each cell ends)."""
+    while not done.wait(PROGRESS_EVERY_S):
+        with lock:
+            now = time.perf_counter()
+            for name, since in sorted(running.items()):
+                out.write(f"notebook {name}: still running, {cell_progress(out_path / 'notebooks' / f'{name}.ipynb')}, "
+                          f"{now - since:.0f} s\n")
+            out.flush()
+
+
+def cell_progress(executed: Path) -> str:
+    """"cell K of N" for a notebook papermill is executing, from the cells it has marked; "starting"
+    before it wrote the file (or while the file is being rewritten)."""
+    try:
+        cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return "starting"
+    code = [c for c in cells if c.get("cell_type") == "code"]
+    finished = sum(1 for c in code if c.get("metadata", {}).get("papermill", {}).get("status") == "completed")
+    return f"cell {min(finished + 1, len(code))} of {len(code)}"
 
 
 def run_report(out_dir: str, device: str, out: IO[str]) -> None:
