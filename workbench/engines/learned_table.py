@@ -109,6 +109,7 @@ PAGES: dict[str, tuple[str, str]] = {
 
 def page(name: str = "sglang") -> str:
     """The docs page of engine ``name``'s table (``page_path(name)``), as ``--table`` prints it."""
+    rows = table(name)  # first: an engine that is not listed is refused there, with the listed ones
     title, about = PAGES[name]
     return generated_page(title=title, command=f"workbench engines releases {name} --table > {page_path(name)}",
-                          source=f"the learned files, `data/engines/{name}/`", about=about, table=table(name))
+                          source=f"the learned files, `data/engines/{name}/`", about=about, table=rows)
