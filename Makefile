@@ -21,7 +21,7 @@ test: setup
 # Every SGLang release learned from its own code (resumable: a release already learned from the same
 # wheel by the same learner is skipped), the atlas's settings asked of each one's start-up checks,
 # then each one's conformance (200 states a function, the
-# newest 1,000), then one shipped file learned again byte for byte. Slow: see the README for its time.
+# newest 1,000), then one shipped file learned again byte for byte. Slow: see docs/conformance.md for its time.
 releases: setup
 	$(PY) -m workbench engines learn --all sglang --out data/engines
 	$(PY) -m workbench engines learn-startup --engine sglang

@@ -150,7 +150,7 @@ summary[columns]
 #   speculative decode batch reserves `2 * max(steps * topk, D)` slots past its committed length
 #   when it is formed, while a row is `ctx + 4 + D` wide at page size 1, and the writer masks only by
 #   the end offset: past the row the reservation lands in the next pool row (a **silent overwrite**),
-#   checked against each release's own `prepare_for_decode` (README, the request table as a buffer).
+#   checked against each release's own `prepare_for_decode` (docs/reach.md, the request table as a buffer).
 # - **vLLM's crash reports are rows too** (46074: the DSA indexer's unaligned buffer; 5563: V0's
 #   graph block tables with lookahead slots), each run again as a request walking to its cap or,
 #   for the indexer, whose scanned field is a launch setting, as the deployment's step; vLLM's

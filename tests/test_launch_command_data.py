@@ -3,7 +3,7 @@
 This checks the data set itself, not the preflight: every record is complete and cites an https
 source, every model id a record names either has a config.json in the Hugging Face cache layout
 under tests/data/hf_cache/hub or is listed as not found in tests/data/hf_cache/SOURCES.md, a
-config kept for a model no command names is one the project README's examples name, and the set
+config kept for a model no command names is one the project's README or docs/ examples name, and the set
 still has the mix it was collected for (tests/data/README.md).
 """
 
@@ -21,7 +21,9 @@ DATA = Path(__file__).parent / "data"
 RECORDS = DATA / "launch_commands.jsonl"
 HUB = DATA / "hf_cache" / "hub"
 SOURCES = DATA / "hf_cache" / "SOURCES.md"
-PROJECT_README = Path(__file__).parent.parent / "README.md"
+PROJECT_ROOT = Path(__file__).parent.parent
+# The project README and its pages in docs/, where the README's examples moved (issue 41)
+PROJECT_DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]
 
 FIELDS = {"id", "command", "source", "title", "seen", "engine", "release", "models", "model_ids", "notes"}
 ENGINES = {"sglang", "vllm", "vllm-ascend"}
@@ -65,7 +67,7 @@ def named_as_a_whole_id(model_id: str, text: str) -> bool:
 
 RECORDS_LIST = load_records()
 REFERENCED_IDS = sorted({m for r in RECORDS_LIST for m in r["model_ids"] if m is not None})
-# Configs kept for the README's examples (SOURCES.md says which) although no command names them.
+# Configs kept for the README's and docs/' examples (SOURCES.md says which) although no command names them.
 EXAMPLE_IDS = sorted(listed_ids("Found") - set(REFERENCED_IDS))
 
 
@@ -142,9 +144,10 @@ def test_sources_list_every_model_the_commands_name() -> None:
 
 
 def test_sources_list_no_model_that_neither_a_command_nor_the_readme_names() -> None:
-    """A not-found entry must come from a command; a found one may also come from a README example."""
+    """A not-found entry must come from a command; a found one may also come from an example of the README
+    or of docs/."""
     assert listed_ids("Not found") - set(REFERENCED_IDS) == set()
-    readme = PROJECT_README.read_text(encoding="utf-8")
+    readme = "\n".join(p.read_text(encoding="utf-8") for p in PROJECT_DOCS)
     assert [m for m in EXAMPLE_IDS if not named_as_a_whole_id(m, readme)] == []
 
 

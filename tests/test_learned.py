@@ -3,6 +3,7 @@ against the states the engine's own code was recorded at, and every listed relea
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from workbench.engines.states import geometry_of
 
 SHIPPED = sorted(p for p in (learned.SHIPPED / "sglang").glob("*.json")
                  if "buffers" in json.loads(p.read_text())["sections"])
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+RELEASES_PAGE = (ROOT / "docs" / "releases.md").read_text()  # what stopped a release's learning
 
 
 def _section(path: Path) -> dict[str, Any]:
@@ -36,15 +38,15 @@ def _facts(node: object, where: str = "") -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_every_listed_sglang_release_is_learned_or_said_why_not() -> None:
-    """A release has a file, or is a .postN whose data equal its base's (README's list), or the
-    README says what stopped its learning."""
+    """A release has a file, or is a .postN whose data equal its base's (docs/releases.md's list), or
+    docs/releases.md says what stopped its learning."""
     have = {f"sglang=={p.stem}" for p in SHIPPED}
     assert len(have) >= 24
     for engine in releases("sglang"):
         if engine in have:
             continue
         version = split(engine)[1]
-        assert f"`{version}`" in README, f"{engine}: no learned file and the README does not say why"
+        assert f"`{version}`" in RELEASES_PAGE, f"{engine}: no learned file and docs/releases.md does not say why"
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
@@ -117,9 +119,30 @@ def test_the_models_fail_where_the_engines_replay_failed(path: Path) -> None:
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "vllm-ascend"])
-def test_the_readme_holds_the_table_the_files_give(engine: str) -> None:
-    """``workbench engines releases NAME --table`` regenerates the README's table of learned
-    releases; the README must hold it as the files give it."""
-    from workbench.engines.learned_table import table
+def test_each_docs_table_is_the_page_the_files_give(engine: str) -> None:
+    """``workbench engines releases NAME --table > docs/releases-NAME-table.md`` regenerates the docs
+    page of learned releases; the page must be, byte for byte, what the files give, and name at its
+    top the command that regenerates it."""
+    from workbench.engines.docs_pages import page_path
+    from workbench.engines.learned_table import page, table
 
-    assert table(engine) in README
+    text = (ROOT / page_path(engine)).read_text(encoding="utf-8")
+    assert text == page(engine) + "\n", f"stale: run workbench engines releases {engine} --table > {page_path(engine)}"
+    assert f"`workbench engines releases {engine} --table > {page_path(engine)}`" in text.splitlines()[0]
+    assert text.endswith(table(engine) + "\n") and text.count("\n| ") >= 20  # the table itself, one row a release
+
+
+def test_the_launch_table_is_the_page_the_files_give() -> None:
+    """``workbench engines launch-table > docs/releases-sglang-launch-table.md``: the same, for every
+    listed SGLang release's parser and resolution."""
+    from workbench import cli
+    from workbench.engines import launch_learn
+    from workbench.engines.docs_pages import page_path
+
+    path = page_path("sglang-launch")
+    text = (ROOT / path).read_text(encoding="utf-8")
+    printed = io.StringIO()
+    assert cli.main(["engines", "launch-table"], printed) == 0
+    assert text == printed.getvalue(), f"stale: run workbench engines launch-table > {path}"
+    assert f"`workbench engines launch-table > {path}`" in text.splitlines()[0]
+    assert launch_learn.table(list(releases("sglang"))) + "\n" == text[text.index("| release |"):]

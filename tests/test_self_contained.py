@@ -7,7 +7,12 @@ Three checks over the tracked files (``git ls-files``; a walk of the tree where 
 * every relative link in ``README.md``, ``docs/*.md`` and the notebooks' markdown names a file that
   exists inside the repository, and a ``#anchor`` into a markdown file names a heading of it (its
   GitHub slug) or an explicit ``<a id=...>``;
-* the README links every page of ``docs/``; every notebook and the report link the glossary.
+* the README links every page of ``docs/`` and ``docs/README.md`` lists every page; every notebook
+  and the report link the glossary;
+* the README is a front page, at most ``README_MAX_LINES`` lines: everything else is in ``docs/``.
+
+The pages of ``docs/`` are found on disk (``docs/*.md``), not only as git tracks them, so that a page
+just written is checked before it is committed.
 
 ``AWAITING_NOTEBOOK_OWNER`` lists the files another branch is rewriting (the notebooks and the
 report): they are excused from the first and third checks until that branch lands, and an entry
@@ -27,7 +32,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("docs/README.md", "docs/semantics.md", "docs/engine-facts.md", "docs/glossary.md")
+# docs/README.md (the index) first, then every other page of docs/
+DOCS = ("docs/README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md") if p.name != "README.md"))
+README_MAX_LINES = 250  # issue 41: the README is a front page
 GLOSSARY = ROOT / "docs" / "glossary.md"
 REPORT_SOURCE = "workbench/present/report.py"
 
@@ -163,7 +170,7 @@ def links_glossary(path: str) -> bool:
 
 
 NOTEBOOKS = sorted(p for p in tracked_files() if p.startswith("notebooks/") and p.endswith(".ipynb"))
-MARKDOWN = ["README.md", *sorted(p for p in tracked_files() if p.startswith("docs/") and p.endswith(".md")), *NOTEBOOKS]
+MARKDOWN = ["README.md", *DOCS, *NOTEBOOKS]
 
 
 # ---- the checks can fail ------------------------------------------------------------------------
@@ -229,6 +236,17 @@ def test_the_readme_links_every_docs_page() -> None:
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in link_targets(markdown_of("README.md"))}
     missing = [page for page in DOCS if (ROOT / page).resolve() not in linked]
     assert not missing, f"README.md does not link {', '.join(missing)}"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    lines = markdown_of("README.md").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move sections into docs/ and link them"
+
+
+def test_the_pages_include_the_ones_the_readme_was_split_into() -> None:
+    """The pages are found by a glob; a glob that found nothing would check nothing."""
+    assert {"docs/semantics.md", "docs/engine-facts.md", "docs/glossary.md", "docs/preflight.md",
+            "docs/releases.md", "docs/benchmarks.md", "docs/releases-vllm-table.md"} <= set(DOCS)
 
 
 def test_every_docs_page_exists_and_the_index_lists_it() -> None:

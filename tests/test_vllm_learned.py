@@ -125,7 +125,7 @@ def test_recorded_conformance_agrees_on_every_state(path: Path) -> None:
 
 def test_the_hand_read_entries_equal_the_measured_ones() -> None:
     """data/engines.json's vLLM entries against the learned files of the same releases (where the
-    engine disagrees it wins, and the README says what changed: no entry disagrees today)."""
+    engine disagrees it wins, and docs/releases.md says what changed: no entry disagrees today)."""
     checked = 0
     for component in (ib.NAME, v0.NAME):
         for engine, entry in vllm_releases.hand_read(component).items():

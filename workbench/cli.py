@@ -173,7 +173,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
     listed.add_argument("name", nargs="?", help="the engine (default: every engine)")
     listed.add_argument("--refresh", action="store_true", help="rewrite data/engines/releases.json from the package index")
     listed.add_argument("--table", action="store_true",
-                        help="the README's table: every learned release's buffers and how each was obtained")
+                        help="print the page docs/releases-NAME-table.md: every learned release's buffers and how "
+                             "each was obtained (redirect it into that file)")
     fetch = what.add_parser("fetch", help="fetch releases' wheels into the workbench's cache (what a check or "
                                           "learning would fetch on first use), e.g. before going offline")
     fetch.add_argument("engine", nargs="*", help="NAME==VERSION, or NAME for every listed release of it")
@@ -186,7 +187,8 @@ def _add_engines_flags(engines: argparse.ArgumentParser) -> None:
                          ("learn-parser", "record releases' parsers alone, their options' choices included, where a "
                                           "parser section lacks them (resumable)"),
                          ("learn-startup", "ask releases' start-up checks which atlas settings they start (section startup)"),
-                         ("launch-table", "print the README's table of releases from those records")):
+                         ("launch-table", "print the table of releases from those records (without --engine: the page "
+                                         "docs/releases-sglang-launch-table.md, to redirect into it)")):
         made = what.add_parser(action, help=text)
         made.add_argument("--engine", help="NAME==VERSION, several comma-separated, or NAME for every listed release "
                                            "(default sglang)")
@@ -209,9 +211,9 @@ def _engines(args: argparse.Namespace, out: IO[str]) -> int:
     if args.refresh:
         releases.refresh()
     if args.table:
-        from workbench.engines.learned_table import table
+        from workbench.engines.learned_table import page
 
-        out.write(table(args.name or "sglang") + "\n")
+        out.write(page(args.name or "sglang") + "\n")
         return 0
     for name in [args.name] if args.name else releases.ENGINES:
         have = set(learned.learned_releases(name))
@@ -570,7 +572,7 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
     asked = _str_list(engine or "sglang")
     engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
     if action == "launch-table":
-        out.write(launch_learn.table(engines) + "\n")
+        out.write((launch_learn.page() if engine is None else launch_learn.table(engines)) + "\n")
         return 0
     if action == "learn-parser":
         done = launch_learn.learn_parsers(engines)

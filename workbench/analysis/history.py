@@ -186,7 +186,7 @@ def history(engine: str = "sglang", *, overshoot: int | None = None, only: Seque
     versions = load_versions()
     rows = []
     for release in releases(engine):
-        # a .postN whose learned data equal its base release's ships no file of its own (README)
+        # a .postN whose learned data equal its base release's ships no file of its own (docs/releases.md)
         base = release.split(".post")[0]
         version = versions.get(release) or (versions.get(base) if base != release else None)
         for reference in references():

@@ -164,7 +164,7 @@ def _ascend_pairs(function: str, m: Mapping[str, ModuleType], b: Mapping[str, An
             continue
         if branch == "host":
             if not state["draft_tokens"]:
-                continue  # without speculation the engine adds D = None: not a state it replays (README)
+                continue  # without speculation the engine adds D = None: not a state it replays
             state["max_seq_len_host"] = max(state["seq_lens"]) + rng.randint(0, state["page_size"])
         tables = mc.request_tables(state, seed=i)
         yield (state, partial(ec.engine_ascend_replay, m["ascend"], m["fbi"], state, tables),

@@ -12,7 +12,8 @@ findings go into the release's learned file (``learned.write_section``), two sec
   per probe what the release resolved (status, attention backend, page size, graph batch limit,
   speculative shape), or why it could not.
 
-``table(engines)`` renders those sections as the README's table of releases.
+``table(engines)`` renders those sections as a table of releases; ``page()`` frames every listed SGLang
+release's as the docs page ``docs/releases-sglang-launch-table.md``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from workbench.engines import gpus, launch_service, learned, releases, wheels
+from workbench.engines.docs_pages import generated_page, page_path
 from workbench.engines.launch_adapters import RESOLVED, LaunchRequest, Resolution, to_json
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 
@@ -105,7 +107,7 @@ def _cell(value: object) -> str:
 
 
 def table(engines: list[str]) -> str:
-    """The README's table: per release, what was loaded from it and what its probes resolved to."""
+    """The table of releases: per release, what was loaded from it and what its probes resolved to."""
     lines = ["| release | parser options (aliases) | resolution | plain | EAGLE topk 4 | NGRAM |", "|---|---|---|---|---|---|"]
     for engine in engines:
         parser = learned.section(engine, "parser") or {}
@@ -130,6 +132,16 @@ def table(engines: list[str]) -> str:
         lines.append(f"| {engine} | {shown_parser} | {_cell(resolution)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
+
+
+def page() -> str:
+    """The docs page of every listed SGLang release's table, as ``workbench engines launch-table`` prints it."""
+    return generated_page(
+        title="SGLang releases read by their own code: parser, resolution and three probe commands",
+        command=f"workbench engines launch-table > {page_path('sglang-launch')}",
+        source="the learned files' `parser` and `launch` sections, `data/engines/sglang/`",
+        about="What each column means: [preflight.md](preflight.md#releases-read-by-their-own-code).",
+        table=table(list(releases.releases("sglang"))))
 
 def learn_all(name: str, *, progress: IO[str] | None | Stderr = STDERR) -> list[str]:
     """Learn every listed release of engine ``name`` (skipping those learned already); the releases done."""

@@ -382,7 +382,7 @@ def _learn_apart(engine: str, progress: Progress, root: Path) -> None:
     learn_vllm_v0_stop.learn(engine, progress=progress, root=root)
 
 
-# ---- the README's table ------------------------------------------------------------------------------
+# ---- the table of docs/releases-vllm-table.md -------------------------------------------------------
 
 
 def _shown(fact: Mapping[str, Any] | None) -> str:

@@ -1,8 +1,8 @@
-"""The README's table of learned releases: per release, every buffer's value and how it was obtained.
+"""The tables of learned releases: per release, every buffer's value and how it was obtained.
 
-``workbench engines releases sglang --table`` prints it from the learned files, so the table in the
-README is the data's, regenerated, never edited by hand (``tests/test_learned.py`` checks that the
-README holds the table the files give).
+``workbench engines releases NAME --table`` prints the page ``docs/releases-NAME-table.md`` from the
+learned files (``page``), so the table in ``docs/`` is the data's, regenerated, never edited by hand
+(``tests/test_learned.py`` checks that each page is the one the files give).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.engines import learned
+from workbench.engines.docs_pages import generated_page, page_path
 from workbench.engines.releases import releases
 
 # column -> (path in the buffers section, short title)
@@ -92,3 +93,23 @@ def table(name: str = "sglang") -> str:
         cells = [cell(_fact(section, path)) for path, _ in columns]
         lines.append(f"| {engine.split('==', 1)[1]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# engine -> (the page's title, what its table holds; links are relative to docs/)
+PAGES: dict[str, tuple[str, str]] = {
+    "sglang": ("SGLang releases: what each one's own code gave, per buffer",
+               "What the cells and abbreviations mean: [releases.md](releases.md#engine-releases-learned-from-their-own-code)."),
+    "vllm": ("vLLM releases: parser, resolution, buffers and conformance, per release",
+             "What each column means: [releases.md](releases.md#vllm-release-by-release-its-own-parser-defaults-and-buffers)."),
+    "vllm-ascend": ("vllm-ascend releases: the one buffer its code adds",
+                    "Which releases are listed and how they are read: "
+                    "[releases.md](releases.md#vllm-release-by-release-its-own-parser-defaults-and-buffers)."),
+}
+
+
+def page(name: str = "sglang") -> str:
+    """The docs page of engine ``name``'s table (``page_path(name)``), as ``--table`` prints it."""
+    rows = table(name)  # first: an engine that is not listed is refused there, with the listed ones
+    title, about = PAGES[name]
+    return generated_page(title=title, command=f"workbench engines releases {name} --table > {page_path(name)}",
+                          source=f"the learned files, `data/engines/{name}/`", about=about, table=rows)
