@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     conf.add_argument("--no-triton", dest="triton", action="store_false", help="skip the Triton kernels even if cached")
     conf.add_argument("--only", default="", help="comma-separated parts of function names: run only those rows "
                                                  "(e.g. --only Scheduler,Req.,longest_step)")
+    conf.add_argument("--executor", default="serial", choices=("serial", "process", "ray"),
+                      help="where the releases run: one after another here (default), a process each on the local "
+                           "cores, or a Ray task each (a local Ray instance, or the cluster at --address)")
+    conf.add_argument("--workers", type=int, help="releases at once (processes or Ray CPUs; default: every core)")
+    conf.add_argument("--address", help="a Ray cluster's address (with --executor ray)")
     _add_engines_flags(sub.add_parser("engines", help="engine releases: list them, learn one from its own code"))
     check = sub.add_parser("check", help="preflight: can the deployment a launch command starts crash at its context limit?",
                            epilog="exit status: 0 safe, 1 a failure a run reaches, 2 bad input, 3 undecided "
@@ -499,9 +504,12 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
             if args.states < 1:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
 
+            from workbench.analysis.executors import Executor
+
+            executor = Executor(kind=args.executor, workers=args.workers, address=args.address)
             return conformance(args.engine.split(","), as_json=args.json, states=args.states, seed=args.seed,
                                triton=args.triton, out=out, only=[p for p in args.only.split(",") if p],
-                               summary=args.summary)
+                               summary=args.summary, executor=executor)
         from workbench.devices.device import one_torch_thread, select_device
 
         selection = select_device(args.device)

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
+from workbench.analysis.executors import Executor, run_chunks
 from workbench.engines import wheels
 
 Row = dict[str, Any]
@@ -128,27 +129,56 @@ def summary_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
-         out: IO[str] | None = None, only: Sequence[str] = (), summary: bool = False) -> int:
-    """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing."""
-    out = out or sys.stdout
-    rows: list[Row] = []
-    for engine in expand(engines):
-        try:
-            if engine.startswith(("vllm==", "vllm-ascend==")):  # vLLM's functions run in its learn worker
-                from workbench.engines import conformance_vllm
+def release_rows(engine: str, states: int, seed: int, triton: bool | None,
+                 only: Sequence[str] = ()) -> tuple[list[Row], str | None]:
+    """One release's rows, or no rows and the reason where its wheel or learned data cannot be had.
+    A top-level function of plain arguments: the task an executor runs, in this process, a process
+    pool or a Ray worker (each release's functions run in a worker process of their own anyway)."""
+    try:
+        if engine.startswith(("vllm==", "vllm-ascend==")):  # vLLM's functions run in its learn worker
+            from workbench.engines import conformance_vllm
 
-                found = conformance_vllm.run_version(engine, states=states, seed=seed)
-            else:
-                found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
-        except (wheels.FetchError, ValueError) as error:
-            print(f"workbench conformance: {error}", file=sys.stderr)
-            return 2
-        for row in found:
-            row.pop("seconds", None)
+            found = conformance_vllm.run_version(engine, states=states, seed=seed)
+        else:
+            found = run_version(engine, states=states, seed=seed, triton=triton, only=only)
+    except (wheels.FetchError, ValueError) as error:
+        return [], str(error)
+    for row in found:
+        row.pop("seconds", None)  # the rows of two runs compare equal
+    return found, None
+
+
+def main(engines: Sequence[str], *, as_json: bool, states: int, seed: int, triton: bool | None,
+         out: IO[str] | None = None, only: Sequence[str] = (), summary: bool = False,
+         executor: Executor | None = None) -> int:
+    """The CLI's body: 0 when every row agrees or is skipped, 1 on a disagreement, 2 when a wheel is missing.
+
+    ``executor`` runs the releases (default: one after another here; ``Executor(kind="ray")``: one
+    Ray task each, on a local Ray instance or the cluster at its address). Rows come out in the order
+    the releases were asked for, whatever order they finish in; a line on stderr as each finishes."""
+    out = out or sys.stdout
+    releases = expand(engines)
+    args = [(engine, states, seed, triton, tuple(only)) for engine in releases]
+    finished: dict[int, tuple[list[Row], str | None]] = {}
+    rows: list[Row] = []
+    shown = 0  # releases whose rows were printed: the finished prefix, in the asked order
+    for index, result in run_chunks(release_rows, args, executor or Executor(kind="serial")):
+        finished[index] = result
+        found, error = result
+        ran = [row for row in found if not row["skipped"]]
+        if error is None:  # a refusal is said once, below, in its turn
+            print(f"workbench conformance: [{len(finished)}/{len(releases)}] {releases[index]}: {len(ran)} rows, "
+                  f"{sum(r['agree'] for r in ran)}/{sum(r['states'] for r in ran)} states agree", file=sys.stderr, flush=True)
+        while shown in finished:
+            found, error = finished[shown]
+            if error:
+                print(f"workbench conformance: {error}", file=sys.stderr)
+                return 2
             if as_json:
-                print(json.dumps(row), file=out, flush=True)
-        rows.extend(found)
+                for row in found:
+                    print(json.dumps(row), file=out, flush=True)
+            rows.extend(found)
+            shown += 1
     if not as_json:
         print(summary_table(rows) if summary else format_table(rows), file=out)
     return 1 if any(disagrees(row) for row in rows) else 0
