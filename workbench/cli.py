@@ -494,6 +494,12 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "check" and argv is None:  # the command line itself: answered warm where it can be
+            from workbench.resident import client
+
+            status = client.answer(sys.argv[1:], out, sys.stderr) if client.enabled() else None
+            if status is not None:
+                return status
         if args.command == "engines":  # engine processes and learned files; no device here
             return _engines(args, out)
         if args.command == "repro":  # writes scripts (and runs them in subprocesses); no device here
@@ -570,7 +576,9 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
     from workbench.engines import launch_learn, launch_service, learned, releases
 
     if action == "stop":
-        stopped = launch_service.stop_all()
+        from workbench.resident import client
+
+        stopped = client.stop_all() + launch_service.stop_all()
         out.write(f"stopped {len(stopped)} engine process{'es' if len(stopped) != 1 else ''}"
                   + (f": {', '.join(stopped)}" if stopped else "") + "\n")
         return 0
