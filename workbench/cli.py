@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     atlas.add_argument("--json", action="store_true", help="one JSON object per line: the summary rows")
     atlas.add_argument("--out", help="write every setting's row to this .parquet or .csv file")
     atlas.add_argument("--no-runs", action="store_true", help="skip the run that confirms each row")
+    atlas.add_argument("--executor", default="auto", choices=("auto", "serial", "process", "ray"),
+                       help="where the settings' chunks run (default auto: the local cores for a large atlas); ray: a "
+                            "local Ray instance, or the cluster at --address")
+    atlas.add_argument("--workers", type=int, help="processes or Ray CPUs (default: every core)")
+    atlas.add_argument("--address", help="a Ray cluster's address (with --executor ray)")
     hist = sub.add_parser("history", help="per backend and mode, release by release: what a reference deployment meets")
     hist.add_argument("--engine", default="sglang", help="the engine whose releases (default sglang)")
     hist.add_argument("--overshoot", type=int, default=None,
@@ -338,8 +343,11 @@ def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
     engines = _str_list(args.engine) if args.engine else None
+    from workbench.analysis.executors import Executor
+
+    executor = Executor(kind=args.executor, workers=args.workers, address=args.address)
     frame, summary = atlas_results(engines, overshoot=args.overshoot, device=device, confirm_runs=not args.no_runs,
-                                   note=lambda line: print(f"workbench: {line}", file=sys.stderr))
+                                   executor=executor, note=lambda line: print(f"workbench: {line}", file=sys.stderr))
     if args.json:
         for record in summary.to_dict(orient="records"):
             out.write(json.dumps({k: _plain(v) for k, v in record.items()}) + "\n")

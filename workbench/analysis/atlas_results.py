@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
+from workbench.analysis.executors import Executor
 from workbench.analysis.history import history
 from workbench.analysis.memory import ModelPreset
 from workbench.analysis.result_cache import cached_frames
@@ -17,12 +18,16 @@ from workbench.analysis.result_cache import cached_frames
 
 def atlas_results(engines: Sequence[str] | None = None, *, presets: Sequence[ModelPreset] | None = None,
                   overshoot: int | None = None, device: str = "cpu", confirm_runs: bool = True,
+                  executor: Executor | None = None,
                   note: Callable[[str], None] = print) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(every setting's row, the summary). With no engines chosen, vLLM's case backends are rows too
-    (``case_backend_rows``); ``confirm_runs`` runs every summary row again (``confirm_by_runs``)."""
+    (``case_backend_rows``); ``confirm_runs`` runs every summary row again (``confirm_by_runs``).
+    ``executor`` says where the settings' chunks run (``run_atlas``); it changes no row, so it is
+    no part of the cached result's key."""
 
     def compute() -> dict[str, pd.DataFrame]:
-        frame = run_atlas(list(engines) if engines else None, overshoot=overshoot, device=device, presets=presets)
+        frame = run_atlas(list(engines) if engines else None, overshoot=overshoot, device=device, presets=presets,
+                          executor=executor)
         if not engines:
             frame = pd.concat([frame, case_backend_rows(device)], ignore_index=True)
         summary = summarize(frame)
