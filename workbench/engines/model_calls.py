@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from workbench.backends import backend_of
+from workbench.backends import backend_of, gather_of
 from workbench.backends.page_writes import PagedTable
 from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
 from workbench.backends.sglang_dsa_page_table import DsaPageTable
@@ -143,7 +143,7 @@ def model_alloc_decode(state: State, gather: str, *, report_overread: bool = Fal
     """``out_dtype``: the NPU allocator returns int32 slots, the CUDA one int64."""
     def call() -> Answer:
         alloc = _allocator(state)
-        out = alloc.alloc_decode(state["seq_lens"], state["last_loc"], Gather.parse(gather))
+        out = alloc.alloc_decode(state["seq_lens"], state["last_loc"], gather_of(Gather.parse(gather).value))
         out = None if out is None else out.to(out_dtype)
         extra = {"read_past_free_list": bool(alloc.overreads)} if report_overread else {}
         return _after(alloc, out, extra)
