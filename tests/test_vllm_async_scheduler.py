@@ -64,13 +64,13 @@ def test_the_async_model_is_the_cap_at_each_count_the_engine_formed_a_step_at() 
 
 @pytest.mark.engine
 def test_the_releases_own_async_scheduler_forms_the_hand_worked_steps() -> None:
-    from workbench.engines import conformance_vllm
+    from workbench.engines import vllm_session
 
     install = wheels.cached(ENGINE) or wheels.fetch(ENGINE)
-    session, _ = conformance_vllm.open_session(install)
+    session, _ = vllm_session.open_session(install)
     states = [{"max_model_len": 1000, "block_size": 16, "k": 3, "computed": 990, "accepted": a} for a in HAND_WORKED]
     with session:
-        answers = conformance_vllm.ask_all(session, "async_steps", "states", states)
+        answers = vllm_session.ask_all(session, "async_steps", "states", states)
         facts = {"async_cap": {"value": "below-limit"}}
         row = learn_vllm_async.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
     assert answers == [{"steps": HAND_WORKED[a], "finished": True} for a in HAND_WORKED]

@@ -128,22 +128,22 @@ def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", [NEW, OLD])
 def test_the_allocation_model_agrees_with_the_releases_own_allocate_slots(engine: str) -> None:
-    from workbench.engines import conformance_vllm, learn_vllm_kv
+    from workbench.engines import learn_vllm_kv, vllm_session
 
     install = wheels.cached(engine)
     if install is None and engine == NEW:  # the notebooks' and the preflight's release: fetched anyway
         install = wheels.fetch(engine)
     if install is None:
         pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
-    session, located = conformance_vllm.open_session(install)
+    session, located = vllm_session.open_session(install)
     with session:
         # hand-worked states: (length, block, computed, new, lookahead) -> the blocks or the assertion
         states = [{"max_model_len": 4096, "block_size": 16, "computed": c, "new_tokens": n, "lookahead": la}
                   for c, n, la in ((0, 1, 0), (4093, 4, 3), (4092, 4, 3), (4000, 4, 3))]
-        answers = conformance_vllm.ask_all(session, "kv_slots", "states", states)
+        answers = vllm_session.ask_all(session, "kv_slots", "states", states)
         facts = learned.section(engine, "kv")["backends"][v1.NAME]  # type: ignore[index]
         row = learn_vllm_kv.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
-        steps = conformance_vllm.ask_all(session, "decode_step", "states", [
+        steps = vllm_session.ask_all(session, "decode_step", "states", [
             {"max_model_len": 1000, "block_size": 16, "k": 3, "computed": c} for c in STEP_LENGTHS])
         step_row = learn_vllm_kv.step_row(session, facts, 200, seed=7)
     if engine == OLD:

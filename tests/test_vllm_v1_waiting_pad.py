@@ -103,15 +103,15 @@ def test_each_pad_section_is_sound_and_its_conformance_agrees(path: Path) -> Non
 def test_the_model_agrees_with_the_releases_own_scheduler(engine: str) -> None:
     """The release's own ``AsyncScheduler``: at the worked example 0.25.0 schedules -1 tokens for the
     prompt sent again (PR 53962's crash), 0.34.0 schedules it unpadded."""
-    from workbench.engines import conformance_vllm, learn_vllm_pad
+    from workbench.engines import learn_vllm_pad, vllm_session
 
     install = wheels.cached(engine)
     if install is None:
         pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
-    session, _ = conformance_vllm.open_session(install)
+    session, _ = vllm_session.open_session(install)
     with session:
         states = [{"max_model_len": 1012, "block_size": 16, "k": 3, "prompt_len": length} for length in (1009, 1008)]
-        answers = conformance_vllm.ask_all(session, "waiting_pad", "states", states)
+        answers = vllm_session.ask_all(session, "waiting_pad", "states", states)
         facts = learned.section(engine, "pad")["backends"][pad.NAME]  # type: ignore[index]
         row = learn_vllm_pad.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
     at_limit, short = answers

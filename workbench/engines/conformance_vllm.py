@@ -1,9 +1,9 @@
 """Conformance for a vLLM release: the vLLM backends' models against the release's own functions.
 
 The release runs in a learn worker (``learn_vllm_worker``: its modules loaded once, on a stand-in
-GPU); the models run here, with the release's learned data (``buffers``: the widths' alignments,
-each backend's row write). Every function gets the same seeded states for every release
-(``random.Random(f"{seed}:{function}")``), and a state agrees when the engine and the model give
+GPU; opened and asked through ``vllm_session``); the models run here, with the release's learned
+data (``buffers``: the widths' alignments, each backend's row write). Every function gets the same
+seeded states for every release (``random.Random(f"{seed}:{function}")``), and a state agrees when the engine and the model give
 the same answer: the same width, or the same outcome with the same error text (torch's, numpy's)
 and, where the step runs, the same rows written.
 
@@ -36,8 +36,7 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,82 +46,8 @@ from workbench.backends import vllm_v0_graph_block_tables as v0
 from workbench.engines import learn_rules as lr
 from workbench.engines import wheels
 from workbench.engines.learn_session import Session
+from workbench.engines.vllm_session import Progress, Row, ask_all, open_session, row, skipped
 from workbench.model.geometry import cdiv
-
-Row = dict[str, Any]
-Progress = Callable[[str], None]
-WORKER = "workbench.engines.learn_vllm_worker"
-BATCH = 64  # states per task sent to the worker
-
-
-# A triton of the early releases' day (the one torch 2.5 pinned): their modules import parts of
-# triton that its current release no longer has, and parts they define only with a triton present.
-EARLY_TRITON = "3.1.0"
-
-
-def setups(install: wheels.EngineInstall, gpu: str = "h100") -> list[dict[str, Any]]:
-    """The worker's set-ups to try, in order: the release with the current triton where it is
-    cached (the modules of recent releases build their kernel tables at import, as on a GPU
-    machine), without triton, and with the triton of the early releases (fetched when the first
-    two fail). Releases that still have a triton cache manager try the last two first."""
-    base = {"package_dir": str(install.package_dir), "deps": str(install.deps), "gpu": gpu, "extra_paths": []}
-    triton = wheels.triton_dir()
-    current = [{**base, "extra_paths": [str(triton)]}] if triton else []
-    early = [{**base, "extra_paths": [EARLY_TRITON]}]  # resolved to its folder when tried (open_session)
-    if (install.package_dir / "triton_utils" / "custom_cache_manager.py").exists():
-        return [base, *early, *current]
-    return [*current, base, *early]
-
-
-def open_session(install: wheels.EngineInstall, say: Progress = lambda line: None) -> tuple[Session, dict[str, Any]]:
-    """A worker holding the release and what it located; RuntimeError when no set-up imports it."""
-    errors = []
-    for setup in setups(install):
-        if setup["extra_paths"] == [EARLY_TRITON]:
-            try:
-                setup = {**setup, "extra_paths": [str(wheels.fetch_triton_release(EARLY_TRITON))]}
-            except wheels.FetchError as error:
-                errors.append(str(error))
-                continue
-        session = Session(WORKER, setup)
-        located = session.ask({"name": "locate"})
-        if "error" not in located:
-            triton = Path(setup["extra_paths"][0]).parent.name if setup["extra_paths"] else None
-            say(f"loaded with {triton}" if triton else "loaded without triton")
-            located["triton"] = triton is not None
-            if triton and triton != "triton":
-                located["triton_release"] = triton.split("-", 1)[1]
-            return session, located
-        session.close()
-        errors.append(located["error"])
-    raise RuntimeError(f"its modules do not import on a CPU: {'; '.join(dict.fromkeys(errors))}")
-
-
-def row(function: str, pairs: Iterable[tuple[dict[str, Any], Any, Any]]) -> Row:
-    states = agree = 0
-    first = None
-    for state, engine, model in pairs:
-        states += 1
-        if engine == model:
-            agree += 1
-        elif first is None:
-            first = {"state": state, "engine": engine, "model": model}
-    return {"function": function, "states": states, "agree": agree, "first_disagreement": first, "skipped": None}
-
-
-def skipped(function: str, reason: str) -> Row:
-    return {"function": function, "states": 0, "agree": 0, "first_disagreement": None, "skipped": reason}
-
-
-def ask_all(session: Session, name: str, key: str, items: Sequence[Any]) -> list[Any]:
-    """The worker's answers for every item, asked ``BATCH`` at a time; an error answers each item."""
-    values: list[Any] = []
-    for start in range(0, len(items), BATCH):
-        answer = session.ask({"name": name, key: list(items[start:start + BATCH])})
-        chunk = answer.get("values") or [{"error": answer.get("error")}] * len(items[start:start + BATCH])
-        values.extend(chunk)
-    return values
-
 
 # ---- states ------------------------------------------------------------------------------------------
 
@@ -314,9 +239,9 @@ def run(session: Session, buffers: dict[str, Any], states: int, *, seed: int = 0
                 rows.append(v0_rowsrow(session, backend, str(writes[backend]), states, seed))
             else:
                 rows.append(skipped(f"{backend} MetadataBuilder.build", "its row write was not learned"))
-    for row in rows:
-        say(f"conformance {row['function']}: {row['agree']} of {row['states']} agree"
-            + (f" (skipped: {row['skipped']})" if row["skipped"] else ""))
+    for done in rows:
+        say(f"conformance {done['function']}: {done['agree']} of {done['states']} agree"
+            + (f" (skipped: {done['skipped']})" if done["skipped"] else ""))
     return rows
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.engines import conformance_vllm, learned, vllm_releases, wheels
 from workbench.engines import learn_rules as lr
+from workbench.engines import learned, vllm_releases, vllm_session, wheels
 from workbench.engines.learn import LearnError
 from workbench.engines.learn_session import Session, SessionDied
 
@@ -29,7 +29,7 @@ def learn_section(engine: str, name: str, learner: str, build: Build, *, progres
         say(f"{name}: already learned from this wheel by {learner}: skipped")
         return None
     try:
-        opened, located = conformance_vllm.open_session(install, say)
+        opened, located = vllm_session.open_session(install, say)
         with opened as session:
             content = build(session, located, say)
     except (RuntimeError, SessionDied) as error:
@@ -50,7 +50,7 @@ def name_form(chosen: Sequence[State], answers: Sequence[Any], models: Mapping[s
     errors = [a["error"] for a in answers if isinstance(a, dict) and "error" in a]
     if len(errors) == len(answers):
         return lr.absent_fact(f"{refused}: {errors[0]}", searched)
-    results = {name: conformance_vllm.row(name, ((s, e, model(s)) for s, e in zip(chosen, answers)))
+    results = {name: vllm_session.row(name, ((s, e, model(s)) for s, e in zip(chosen, answers)))
                for name, model in models.items()}
     return lr.name_candidate(results, function=function, found=found)
 
@@ -61,9 +61,9 @@ def form_row(fact: Mapping[str, Any], function: str, chosen: Sequence[State], as
     where no form was named)."""
     form = fact.get("value")
     if form is None:
-        return conformance_vllm.skipped(function, str(fact.get("finding") or fact.get("reason")))
+        return vllm_session.skipped(function, str(fact.get("finding") or fact.get("reason")))
     answers = ask(chosen)
-    return conformance_vllm.row(function, ((s, e, model(str(form), s)) for s, e in zip(chosen, answers)))
+    return vllm_session.row(function, ((s, e, model(str(form), s)) for s, e in zip(chosen, answers)))
 
 
 def section_content(learner: str, component: str, facts: dict[str, Any], rows: list[dict[str, Any]],

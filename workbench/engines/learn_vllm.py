@@ -39,6 +39,7 @@ from workbench.engines import (
     learn_vllm_v0_stop,
     learned,
     releases,
+    vllm_session,
     wheels,
 )
 from workbench.engines import learn_rules as lr
@@ -351,7 +352,7 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         except wheels.FetchError as error:
             raise LearnError(str(error)) from None
     try:
-        opened, located = conformance_vllm.open_session(install, say)
+        opened, located = vllm_session.open_session(install, say)
     except (RuntimeError, SessionDied) as error:
         raise LearnError(str(error)) from None
     try:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import conformance_vllm, learn_apart
+from workbench.engines import learn_apart, vllm_session
 from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-async 1"  # raise when what is learned or how changes
@@ -71,7 +71,7 @@ def _model(cap: str, state: State) -> dict[str, Any]:
 
 def _asked(session: Session, chosen: Sequence[State]) -> tuple[list[State], list[Any]]:
     """The engine's runs, and each state with the computed counts its steps were formed at."""
-    answers = conformance_vllm.ask_all(session, TASK, "states", chosen)
+    answers = vllm_session.ask_all(session, TASK, "states", chosen)
     at = [[int(step[0]) for step in a["steps"]] if isinstance(a, dict) and "steps" in a else [] for a in answers]
     return [{**s, "at": a} for s, a in zip(chosen, at)], answers
 
@@ -81,9 +81,9 @@ def conformance_row(session: Session, facts: dict[str, Any], count: int, seed: i
     cap = facts["async_cap"].get("value")
     if cap is None:
         fact = facts["async_cap"]
-        return conformance_vllm.skipped(FUNCTION, str(fact.get("finding") or fact.get("reason")))
+        return vllm_session.skipped(FUNCTION, str(fact.get("finding") or fact.get("reason")))
     chosen, answers = _asked(session, states(count, seed + 1))
-    return conformance_vllm.row(FUNCTION, ((s, e, _model(str(cap), s)) for s, e in zip(chosen, answers)))
+    return vllm_session.row(FUNCTION, ((s, e, _model(str(cap), s)) for s, e in zip(chosen, answers)))
 
 
 def learn_facts(session: Session, say: Progress) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import conformance_vllm, learn_apart
+from workbench.engines import learn_apart, vllm_session
 from workbench.engines import learn_rules as lr
 from workbench.engines.learn_session import Session
 from workbench.model.geometry import cdiv
@@ -89,7 +89,7 @@ def _step_model(cap: str, facts: dict[str, Any], state: dict[str, int]) -> dict[
 
 
 def _steps(session: Session, chosen: Sequence[dict[str, int]]) -> list[Any]:
-    return conformance_vllm.ask_all(session, STEP_TASK, "states", chosen)
+    return vllm_session.ask_all(session, STEP_TASK, "states", chosen)
 
 
 def step_row(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> dict[str, Any]:
@@ -121,10 +121,10 @@ def conformance_row(session: Session, facts: dict[str, Any], count: int, seed: i
     """The learned policy's model against the engine's ``allocate_slots`` on ``count`` states."""
     policy, preallocate = facts["slots"].get("value"), int(facts["preallocate_tokens"]["value"] or 0)
     if policy is None:
-        return conformance_vllm.skipped(FUNCTION, f"no policy agreed with the engine ({facts['slots'].get('finding')})")
+        return vllm_session.skipped(FUNCTION, f"no policy agreed with the engine ({facts['slots'].get('finding')})")
     chosen = states(count, seed)
-    engine = conformance_vllm.ask_all(session, "kv_slots", "states", chosen)
-    return conformance_vllm.row(FUNCTION, ((s, e, _model(str(policy), preallocate, s)) for s, e in zip(chosen, engine)))
+    engine = vllm_session.ask_all(session, "kv_slots", "states", chosen)
+    return vllm_session.row(FUNCTION, ((s, e, _model(str(policy), preallocate, s)) for s, e in zip(chosen, engine)))
 
 
 def learn_facts(session: Session, located: dict[str, Any], say: Progress) -> dict[str, Any]:
@@ -136,8 +136,8 @@ def learn_facts(session: Session, located: dict[str, Any], say: Progress) -> dic
                 for name in ("slots", "preallocate_tokens", "scheduler_cap")}
     preallocate = int(found["preallocate_tokens"])
     chosen = states(80)
-    engine = conformance_vllm.ask_all(session, "kv_slots", "states", chosen)
-    results = {policy: conformance_vllm.row(policy, ((s, e, _model(policy, preallocate, s)) for s, e in zip(chosen, engine)))
+    engine = vllm_session.ask_all(session, "kv_slots", "states", chosen)
+    results = {policy: vllm_session.row(policy, ((s, e, _model(policy, preallocate, s)) for s, e in zip(chosen, engine)))
                for policy in v1.SLOTS}
     slots = lr.name_candidate(results, function=found["found"], found=found["source"])
     facts = {"slots": slots,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends import vllm_v1_waiting_pad as pad
-from workbench.engines import conformance_vllm, learn_apart
+from workbench.engines import learn_apart, vllm_session
 from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-pad 1"  # raise when what is learned or how changes
@@ -76,7 +76,7 @@ def _model(form: str, state: dict[str, int]) -> dict[str, Any]:
 
 
 def _asked(session: Session, chosen: list[dict[str, int]]) -> list[Any]:
-    return [_engine(a) for a in conformance_vllm.ask_all(session, TASK, "states", chosen)]
+    return [_engine(a) for a in vllm_session.ask_all(session, TASK, "states", chosen)]
 
 
 def conformance_row(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.backends.vllm_v0_graph_block_tables import NAME, STOPS
-from workbench.engines import conformance_vllm, learn_apart
+from workbench.engines import learn_apart, vllm_session
 from workbench.engines.learn_session import Session
 
 LEARNER = "vllm-v0-stop 1"  # raise when what is learned or how changes
@@ -61,7 +61,7 @@ def _model(form: str, state: State) -> dict[str, Any]:
 
 
 def _asked(session: Session, chosen: Sequence[State]) -> list[Any]:
-    return conformance_vllm.ask_all(session, TASK, "states", chosen)
+    return vllm_session.ask_all(session, TASK, "states", chosen)
 
 
 def conformance_rows(session: Session, facts: dict[str, Any], count: int, seed: int = 0) -> list[dict[str, Any]]:
