@@ -33,7 +33,7 @@ from workbench.analysis.records import probe_record
 from workbench.analysis.seeds import EXACT_FIT, GLM_DSA, QWQ_NPU
 from workbench.analysis.verdict_numbers import reached
 from workbench.engines.releases import releases
-from workbench.engines.startup_learn import recipe_key, refusal
+from workbench.engines.startup_section import recipe_key, refusal
 from workbench.engines.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry

@@ -13,8 +13,8 @@ the release's learned file, section ``startup``:
 
 each cell ``"accepted"`` or ``"refused: <the engine's message> (<its function>)"``. The probe model
 is the Llama-shaped config of ``launch_learn`` (the refusals it finds are about the recipe, the
-page size, the backend and the GPU, not the model's weights). ``refusal(engine, backend,
-geometry)`` reads it back for the atlas, whose rows for a refused setting say ``refused`` with the
+page size, the backend and the GPU, not the model's weights). ``startup_section.refusal(engine,
+backend, recipe, page_size)`` reads it back for the atlas, whose rows for a refused setting say ``refused`` with the
 message; a release without the section has no setting refused.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,21 +31,10 @@ from workbench.engines import gpus, launch_service, learned, wheels
 from workbench.engines.launch_adapters import REJECTED, RESOLVED, LaunchRequest
 from workbench.engines.launch_learn import PROBE_MODEL
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
+from workbench.engines.startup_section import SECTION, recipe_key
 from workbench.model.geometry import ServingGeometry
 
-SECTION = "startup"
 FUNCTION = "prepare_server_args + the release's resolution (its start-up checks)"
-
-
-def recipe_key(g: ServingGeometry) -> str:
-    """The speculative recipe of ``g`` as one word: ``off``, ``NGRAM-D-steps-topk``, ``EAGLE-D-steps-topk``."""
-    return recipe_word(g.draft_tokens, g.spec_steps, g.spec_topk, g.draft_has_kv)
-
-
-def recipe_word(draft_tokens: int, spec_steps: int, spec_topk: int, draft_has_kv: bool) -> str:
-    if draft_tokens == 0:
-        return "off"
-    return f"{'EAGLE' if draft_has_kv else 'NGRAM'}-{draft_tokens}-{spec_steps}-{spec_topk}"
 
 
 def _recipe_flags(g: ServingGeometry, model: str) -> list[str]:
@@ -147,35 +136,3 @@ def _said(answer: Any) -> str:
     if answer.status == REJECTED:
         return f"refused: {message} ({answer.rejected_by})"
     return f"unknown: {message}"
-
-
-def refusal(engine: str, backend: str, recipe: str, page_size: int) -> str | None:
-    """The engine's start-up refusal of ``recipe`` (``recipe_word``) at ``page_size`` on ``backend``
-    (its message), None when it starts it or when the release's start-up checks were never asked
-    about it (no ``startup`` section, or not that setting)."""
-    section = learned.section(engine.split("+", 1)[0], SECTION) or {}
-    said = section.get("settings", {}).get("value", {}).get(backend, {}).get(recipe, {}).get(str(page_size))
-    return said[len("refused: "):] if isinstance(said, str) and said.startswith("refused: ") else None
-
-
-def row_refusal(row: Mapping[str, Any]) -> str | None:
-    """The engine's start-up refusal of an atlas row's setting (its message), None when its release
-    starts it or was never asked (``refusal``)."""
-    from workbench import backends
-
-    names = {label: backend.name for backend in backends.table_backends() for label in (backend.name, backend.label)}
-    backend = names.get(str(row["backend"]), str(row["backend"]))  # a pooled buffer's row names its backend
-    recipe = recipe_word(int(str(row["draft_tokens"])), int(str(row["spec_steps"])), int(str(row["spec_topk"])),
-                         bool(row["draft_has_kv"]))
-    return refusal(str(row["engine"]), backend, recipe, int(str(row["page_size"])))
-
-
-def started(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The atlas rows whose setting the row's release starts, and how many it refuses."""
-    kept = [row for row in rows if row_refusal(row) is None]
-    return kept, len(rows) - len(kept)
-
-
-def learned_for(engine: str) -> bool:
-    """Whether ``engine``'s start-up checks were asked (its learned file has the section)."""
-    return learned.section(engine.split("+", 1)[0], SECTION) is not None
