@@ -26,14 +26,13 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from workbench.analysis.seeds import SEEDS, boundary_case
 from workbench.files import atomic_write_text
 from workbench.present.notebook_params import NOTEBOOKS_DIR
-from workbench.present.report_page import report_html
+from workbench.present.report_page import NotebookRun, report_html
 
 KERNEL_NAME = "python3"  # jupyter_client runs a "python" kernel with the running interpreter
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -92,17 +91,6 @@ def seed_table_text(rows: Sequence[dict[str, object]]) -> str:
 
 
 # ---- notebooks ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NotebookRun:
-    """One notebook executed by papermill: where its outputs are, and how it went."""
-
-    name: str  # the file stem, e.g. "01_npu_block_tables"
-    executed: Path  # <out>/notebooks/NAME.ipynb (written even when a cell failed)
-    html: Path | None  # the executed notebook rendered as HTML
-    seconds: float
-    error: str | None  # None: every cell ran; else "cell N: Name: message"
 
 
 def notebook_paths(folder: Path = NOTEBOOKS_DIR) -> list[Path]:
