@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from workbench.engines.launch_adapters import Gpu
+from workbench.engines.gpus import Gpu
 
 
 def _properties(gpu: Gpu) -> types.SimpleNamespace:

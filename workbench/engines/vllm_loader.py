@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.engines.launch_adapters import Gpu
+from workbench.engines.gpus import Gpu
 
 # Never stood in: imports whose success tells vLLM that a hardware platform or an out-of-tree
 # plugin is present (or vLLM would find a TPU, an AMD GPU or an NPU here), and NVML (answered as

@@ -30,7 +30,8 @@ from typing import IO
 from workbench import backends
 from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
-from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
+from workbench.engines.gpus import Gpu
+from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext

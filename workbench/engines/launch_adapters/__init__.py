@@ -84,6 +84,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.engines.gpus import Gpu
+
 # Where each setting came from.
 GIVEN = "given"  # the command: source is the flag as spelled ("--speculative-algo")
 ENGINE = "engine"  # the release's own code ran and wrote it: source "function (file:line)"
@@ -115,27 +117,6 @@ class Program:
     @property
     def shown(self) -> str:
         return f"python -m {self.words[-1]}" if self.python_module else " ".join(self.words)
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The accelerator a check assumes, as data (``data/gpus.json``), fed to the engine's code
-    through a stand-in platform (``torch.cuda`` answering with these values)."""
-
-    name: str  # the workbench's key: "h100"
-    platform: str  # "cuda", "rocm" or "npu"
-    device_name: str  # as torch reports it: "NVIDIA H100 80GB HBM3"
-    capability: tuple[int, int]  # (9, 0)
-    memory_mib: int  # total memory as nvidia-smi reports it
-    multiprocessors: int
-    toolkit: str  # the CUDA / ROCm / CANN version the stand-in reports ("12.8")
-    source: str  # where these values come from (a vendor datasheet URL)
-    devices_per_node: int = 8  # how many the stand-in platform reports
-    arch: str = ""  # ROCm's gcnArchName ("gfx942"); "" elsewhere
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.memory_mib << 20
 
 
 @dataclass(frozen=True)

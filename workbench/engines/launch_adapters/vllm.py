@@ -215,7 +215,7 @@ class VLLMAdapter(LaunchAdapter):
     def warm_model(self) -> dict[str, Any] | None:
         """A small FP8 DeepSeek-V3.2 shape: resolving it imports the quantization methods, the MLA
         and DSA model modules and their attention backends, the slow part of a DSA command."""
-        from workbench.engines.learn_vllm_worker import REFERENCE_DSA
+        from workbench.engines.vllm_reference_models import REFERENCE_DSA
 
         return {**REFERENCE_DSA, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
                                                          "quant_method": "fp8", "weight_block_size": [128, 128]}}
