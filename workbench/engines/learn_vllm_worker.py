@@ -29,14 +29,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import workbench
 from workbench.engines.vllm_reference_models import REFERENCE_MODELS, REFERENCE_TOKENIZER
+
+_WORKBENCH = str(Path(workbench.__file__).resolve().parent) + os.sep
 
 
 def _one_line(error: BaseException) -> str:
     frames = traceback.extract_tb(error.__traceback__) if error.__traceback__ else []
-    inside = [f for f in frames if "/vllm/" in f.filename]
+    # the release's own frames: a vllm/ folder that is not the workbench's (engines/vllm/ is ours)
+    inside = [f for f in frames if "/vllm/" in f.filename and not f.filename.startswith(_WORKBENCH)]
     where = inside[-1] if inside else (frames[-1] if frames else None)
-    place = f" ({where.filename[where.filename.rfind('/vllm/') + 1:] if '/vllm/' in where.filename else Path(where.filename).name}" \
+    place = f" ({where.filename[where.filename.rfind('/vllm/') + 1:] if where in inside else Path(where.filename).name}" \
             f":{where.lineno})" if where else ""
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}{place}"[:400]
