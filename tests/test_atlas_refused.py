@@ -21,7 +21,7 @@ import pytest
 from workbench import backends
 from workbench.analysis.atlas import format_summary, run_atlas, summarize
 from workbench.analysis.memory import load_presets
-from workbench.engines import learned, startup_section
+from workbench.engines.store import learned, startup_section
 from workbench.present.atlas_figure import atlas_caption, atlas_figure
 
 ASKED, NEVER_ASKED = "sglang==0.5.23", "sglang==0.5.10"

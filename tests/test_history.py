@@ -17,8 +17,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from workbench.analysis.history import format_history, history, references
-from workbench.engines import learned, startup_section
-from workbench.engines.versions import load_versions
+from workbench.engines.store import learned, startup_section
+from workbench.engines.store.versions import load_versions
 
 SEEDS = (("sglang-ascend-block-tables", "target-verify", "rule"), ("sglang-dsa-page-table", "target-verify", "rule"),
          ("allocator", "decode", "gather"))

@@ -12,9 +12,9 @@ import pytest
 from workbench import backends
 from workbench.analysis.records import probe_record
 from workbench.backends import pooled_backend_of
-from workbench.engines import learned
-from workbench.engines.releases import releases, split
-from workbench.engines.states import geometry_of
+from workbench.engines.checking.states import geometry_of
+from workbench.engines.store import learned
+from workbench.engines.store.releases import releases, split
 
 SHIPPED = sorted(p for p in (learned.SHIPPED / "sglang").glob("*.json")
                  if "buffers" in json.loads(p.read_text())["sections"])
@@ -120,6 +120,6 @@ def test_the_models_fail_where_the_engines_replay_failed(path: Path) -> None:
 def test_the_readme_holds_the_table_the_files_give(engine: str) -> None:
     """``workbench engines releases NAME --table`` regenerates the README's table of learned
     releases; the README must hold it as the files give it."""
-    from workbench.engines.learned_table import table
+    from workbench.engines.learning.learned_table import table
 
     assert table(engine) in README

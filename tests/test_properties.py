@@ -19,7 +19,7 @@ from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import AllocatorCase, TableCase
 from workbench.analysis.probe import probe_allocator, probe_table
 from workbench.backends import gather_of
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends.sglang.dsa_page_table import Replay
 from workbench.model.allocator import Gather, PagedAllocator
 from workbench.model.geometry import Mode, ServingGeometry
 

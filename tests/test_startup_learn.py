@@ -12,7 +12,8 @@ import shutil
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
-from workbench.engines import learned, startup_learn, startup_section, wheels
+from workbench.engines.commands import startup_learn
+from workbench.engines.store import learned, startup_section, wheels
 from workbench.model.geometry import ServingGeometry
 
 ENGINE = "sglang==0.5.23"

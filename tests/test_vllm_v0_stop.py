@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from workbench.backends import vllm_v0_graph_block_tables as v0
-from workbench.engines import learn_vllm_v0_stop, learned, wheels
+from workbench.backends.vllm import v0_graph_block_tables as v0
+from workbench.engines.store import learned, wheels
+from workbench.engines.vllm import learn_v0_stop as learn_vllm_v0_stop
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
 WITH_STOP = [p for p in SHIPPED if "v0-stop" in json.loads(p.read_text())["sections"]]
@@ -58,7 +59,7 @@ def test_the_last_step_of_each_form_is_the_hand_worked_one() -> None:
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", list(HAND_WORKED))
 def test_the_releases_own_scheduler_and_stop_checker_give_the_hand_worked_steps(engine: str) -> None:
-    from workbench.engines import vllm_session
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None:

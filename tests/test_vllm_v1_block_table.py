@@ -1,5 +1,5 @@
 """vLLM v1's block table against the blocks the KV cache manager gives a request verifying drafts
-(``backends/vllm_v1_block_table.py``), and the learned ``kv`` sections it reads.
+(``backends/vllm/v1_block_table.py``), and the learned ``kv`` sections it reads.
 
 Expected values: block counts worked by hand below from the arithmetic of ``allocate_slots`` as
 each release writes it (0.8.2 ``kv_cache_manager.py:141-254``: ``cdiv(computed + new, block_size)``
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from workbench.analysis.probe import probe
-from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import learn_vllm_kv, learned, wheels
-from workbench.engines.releases import version_key
+from workbench.backends.vllm import v1_block_table as v1
+from workbench.engines.store import learned, wheels
+from workbench.engines.store.releases import version_key
+from workbench.engines.vllm import learn_kv as learn_vllm_kv
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
@@ -128,7 +129,8 @@ def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", [NEW, OLD])
 def test_the_allocation_model_agrees_with_the_releases_own_allocate_slots(engine: str) -> None:
-    from workbench.engines import learn_vllm_kv, vllm_session
+    from workbench.engines.vllm import learn_kv as learn_vllm_kv
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None and engine == NEW:  # the notebooks' and the preflight's release: fetched anyway
@@ -289,7 +291,7 @@ SCHEDULERS = {
 def test_the_scheduler_cap_is_found_as_written(form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from workbench.engines import vllm_buffers
+    from workbench.engines.vllm import buffers as vllm_buffers
 
     body, statement, lines = SCHEDULERS[form]
     source = tmp_path / "vllm" / "v1" / "core" / "sched" / "scheduler.py"

@@ -1,5 +1,5 @@
 """vLLM v1's padding of a waiting request to the uniform spec-decode size near ``max_model_len``
-(``backends/vllm_v1_waiting_pad.py``), and the learned ``pad`` sections it reads.
+(``backends/vllm/v1_waiting_pad.py``), and the learned ``pad`` sections it reads.
 
 Expected values: counts worked by hand below from the scheduler's waiting loop as each release
 writes it (0.25.0 ``scheduler.py:812-826``: ``1 + k`` when ``computed + 1 + k <= max_model_len``,
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from workbench.analysis.probe import probe
-from workbench.backends import vllm_v1_waiting_pad as pad
-from workbench.engines import learned, wheels
+from workbench.backends.vllm import v1_waiting_pad as pad
+from workbench.engines.store import learned, wheels
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
@@ -103,7 +103,8 @@ def test_each_pad_section_is_sound_and_its_conformance_agrees(path: Path) -> Non
 def test_the_model_agrees_with_the_releases_own_scheduler(engine: str) -> None:
     """The release's own ``AsyncScheduler``: at the worked example 0.25.0 schedules -1 tokens for the
     prompt sent again (PR 53962's crash), 0.34.0 schedules it unpadded."""
-    from workbench.engines import learn_vllm_pad, vllm_session
+    from workbench.engines.vllm import learn_pad as learn_vllm_pad
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None:

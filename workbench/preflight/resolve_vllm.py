@@ -29,10 +29,10 @@ asynchronous scheduling and prefix caching also gets the scheduler's padding of 
 from __future__ import annotations
 
 from workbench.analysis.reach import ReachRule, reach_rule
-from workbench.backends import vllm_v0_graph_block_tables as v0_graphs
-from workbench.backends import vllm_v1_block_table as v1_table
-from workbench.engines import vllm_releases
-from workbench.engines.launch_adapters import ENGINE, Resolution
+from workbench.backends.vllm import v0_graph_block_tables as v0_graphs
+from workbench.backends.vllm import v1_block_table as v1_table
+from workbench.engines.commands.adapters import ENGINE, Resolution
+from workbench.engines.store import vllm_releases
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 

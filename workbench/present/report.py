@@ -119,7 +119,7 @@ def fetch_engines(sources: Sequence[Path], out: IO[str]) -> None:
     """Fetch the releases the notebooks read into the engine cache first, each said as it goes: a
     first fetch (tens of seconds to minutes for a vLLM wheel) is not a notebook cell's time, and a
     release that cannot be had is said here (the notebook's check then says UNDECIDED)."""
-    from workbench.engines import wheels
+    from workbench.engines.store import wheels
 
     wanted = list(dict.fromkeys(e for source in sources for e in notebook_engines(source)))
     missing = [e for e in wanted if wheels.cached(e) is None]
