@@ -5,7 +5,14 @@ Everything outside this package asks the registry (``backend_of``, ``table_backe
 is one module plus one line in ``_MODULES`` (``_GATHER_MODULES`` for an allocator's ``alloc_decode``
 gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``,
 ``_POOLED_MODULES`` for flat buffers pooled across a batch: ``pooled.py``, ``_RESERVATION_MODULES``
-for the request table written by a step's reservation: ``sglang_req_to_token.py``).
+for the request table written by a step's reservation: ``sglang/req_to_token.py``).
+
+Holds the registry (this ``__init__``), the pieces every backend shares (``base``, ``case_backend``,
+``gather``, ``page_writes``, ``pooled``) and one folder per engine (``sglang``, ``vllm``). The
+registry imports every backend module; a backend imports only the shared pieces and ``model``
+(vLLM's also ``engines.store.vllm_releases``, its learned data), never the registry. Imported by
+analysis, preflight, sim, present, repro, devices, the CLI and the engines' conformance and
+learners; ``model`` does not import it (an allocator's gather is handed to it).
 """
 
 from __future__ import annotations

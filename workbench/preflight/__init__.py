@@ -16,6 +16,10 @@ Exit statuses (``CheckResult.status``): 0 safe, 1 a failure a run reaches, 2 bad
 the engine itself refuses, with the engine's message; or a wrong option of the check), 3 not
 decidable (a model whose config is not on this machine, a release whose code cannot run on a CPU,
 graphs disabled, or a buffer no backend models).
+
+Imported by the CLI and present (the notebooks' preflight box); imports ``engines.commands`` (the
+adapters' JSON, the launch service, the release choice), ``engines.store``, the backends,
+analysis and ``model``.
 """
 
 from __future__ import annotations
