@@ -125,7 +125,7 @@ _RESERVATION_BY_NAME: dict[str, ReservationBackend] = {b.name: b for b in RESERV
 
 
 def is_reservation_backend(name: str) -> bool:
-    """Whether ``name`` is a request table written by a step's reservation (``sglang_req_to_token.py``)."""
+    """Whether ``name`` is a request table written by a step's reservation (``backends/sglang/req_to_token.py``)."""
     return name in _RESERVATION_BY_NAME
 
 

@@ -1,14 +1,14 @@
 """SGLang's AITER backend (ROCm): its flat ``kv_indices`` buffers.
 
 Paths inside the wheel, ``sglang/srt/layers/attention/aiter_backend.py``. The 2-D
-``cuda_graph_page_table`` is ``sglang_aiter_page_table``.
+``cuda_graph_page_table`` is ``aiter_page_table``.
 
 * ``target-verify`` (MLA models, which write ``seq_lens + D`` per request; MHA writes
   ``seq_lens``): 0.5.10-0.5.12 size ``cuda_graph_kv_indices`` ``max_bs * cdiv(ctx, ps)`` (0.5.10:
   1157-1165) with no check: at page size 1 a full batch from ``s = ctx - D + 1`` writes past the
   buffer's end. 0.5.14 on: ``max_bs * (cdiv(ctx, ps) * ps + D)`` and ``assert_buffer_fits``
   (0.5.23: 2806-2831, 3152-3163): only an overshoot past the context reaches it.
-* ``draft-decode`` / ``draft-decode-eager``: as Triton's (``sglang_triton_kv_indices``), never
+* ``draft-decode`` / ``draft-decode-eager``: as Triton's (``triton_kv_indices``), never
   checked (0.5.23: 5128-5176, 5199-5206, 5178).
 
 Page size 1 only: 0.5.10's buffer counts pages while its verify writes tokens, which at larger

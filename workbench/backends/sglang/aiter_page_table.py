@@ -16,7 +16,7 @@ Worked example: ctx 8192, ps 16, EAGLE (3, 1, 4): B = 512 pages, one program of 
 at s = 8189 reads 8193 tokens, 513 pages: page 512 is stored at row 1, column 0.
 
 Not modelled here: the flat ``cuda_graph_kv_indices`` (pooled over the batch,
-``sglang_aiter_kv_indices``); the plain-decode path's ``copy_`` into this table (3035-3057), whose
+``aiter_kv_indices``); the plain-decode path's ``copy_`` into this table (3035-3057), whose
 ``cdiv(max(s), ps)`` columns fit while ``s <= ctx - 1`` (no speculation: no reachable failure); the
 draft-decode path (``_build_unified_page_table_from_spec``, not traced).
 

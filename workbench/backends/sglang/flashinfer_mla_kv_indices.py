@@ -3,7 +3,7 @@
 Paths inside the wheel, ``sglang/srt/layers/attention/flashinfer_mla_backend.py`` unless named.
 
 * ``draft-decode`` / ``draft-decode-eager``: the multi-step EAGLE drafter, as FlashInfer's
-  (``sglang_flashinfer_kv_indices``), but ``topk > 1`` raises at start-up (0.5.23: 1196), so the
+  (``flashinfer_kv_indices``), but ``topk > 1`` raises at start-up (0.5.23: 1196), so the
   ``topk`` factor 0.5.14 added changes nothing here; 0.5.14 on checks with ``assert_buffer_fits``
   (0.5.23: 1251-1260; graph buffer 1319-1327), 0.5.10-0.5.12 do not.
 * ``target-verify``: ``cuda_graph_kv_indices`` of ``max_bs * ctx`` with no room for the drafts

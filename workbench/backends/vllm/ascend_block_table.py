@@ -21,7 +21,7 @@ step 2: 257 blocks, one past the row. With the reset it attends 1 token.
 
 Release by release: a case that names ``engine`` (``vllm-ascend==0.23.0``) takes the drafter its
 release has, read from its code by ``workbench engines learn vllm-ascend==X`` (the drafter cannot
-run on a CPU: ``learn_vllm_ascend``); a ``drafter`` the case gives itself wins. Not modelled: the
+run on a CPU: ``vllm_ascend.learn``); a ``drafter`` the case gives itself wins. Not modelled: the
 guards between (#2708 masked by position, #9221 skipped the drafter when ``max_seq_len + k``
 passed the drafter's length).
 

@@ -76,7 +76,7 @@ def row_writes() -> dict[str, Mapping[str, str]]:
     return found
 
 
-STOP_SECTION = "v0-stop"  # where the V0 engine stops a request (its own learner: ``learn_vllm_v0_stop``)
+STOP_SECTION = "v0-stop"  # where the V0 engine stops a request (its own learner: ``vllm.learn_v0_stop``)
 # Which sequences a V0 engine ends, by the tokens they hold: one holding max_model_len tokens
 # (at-limit), or only one holding more (past-limit: a step still runs with max_model_len tokens
 # held, on position max_model_len - 1).
@@ -95,7 +95,7 @@ def last_step(form: str, max_model_len: int) -> int:
 def stop_forms() -> dict[str, tuple[str, str]]:
     """Per release with a V0 engine, which sequences it ends near ``max_model_len`` (``at-limit`` or
     ``past-limit``), without and with asynchronous output processing, measured by running its
-    scheduler and stop checker (section ``v0-stop``, ``learn_vllm_v0_stop``)."""
+    scheduler and stop checker (section ``v0-stop``, ``vllm.learn_v0_stop``)."""
     found: dict[str, tuple[str, str]] = {}
     for engine, facts in vllm_releases.learned_facts(NAME, section_name=STOP_SECTION).items():
         plain, asynchronous = (facts.get(name, {}).get("value") for name in ("v0_stop", "v0_async_stop"))

@@ -29,7 +29,7 @@ section ``kv``):
   (``max_model_len - 1 - c``, 0.9.2 on; ``max_model_len - c - sampled`` with one token sampled
   a step in the newest). The line of ``Scheduler.schedule`` that caps is kept beside it.
 * ``async_cap`` (measured, section ``async``, by running ``AsyncScheduler`` as the engine core's
-  batch queue drives it: ``learn_vllm_async``): the form of ``CAPS`` that gives every step the
+  batch queue drives it: ``vllm.learn_async``): the form of ``CAPS`` that gives every step the
   asynchronous scheduler forms, at the ``num_computed_tokens`` it counts with the step before still
   in flight. Absent where the release schedules no drafter asynchronously (before 0.11.1).
 
@@ -68,7 +68,7 @@ from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 NAME = "vllm-v1-block-table"
 SECTION = "kv"  # the learned section these facts live in (its own learner: ``learn_vllm.learn_kv``)
-ASYNC_SECTION = "async"  # the asynchronous scheduler's cap (its own learner: ``learn_vllm_async``)
+ASYNC_SECTION = "async"  # the asynchronous scheduler's cap (its own learner: ``vllm.learn_async``)
 SLOTS = ("capped", "preallocated", "row-limited")
 # How a release's scheduler caps a running request's step of 1 + d tokens at committed length c:
 # the offset o of min(1 + d, max_model_len - o - c), None where it does not.

@@ -55,7 +55,7 @@ from workbench.engines.store import vllm_releases
 from workbench.model.outcome import Outcome, ProbeResult, invalid
 
 NAME = "vllm-v1-waiting-pad"
-SECTION = "pad"  # the learned section its fact lives in (its own learner: ``learn_vllm_pad``)
+SECTION = "pad"  # the learned section its fact lives in (its own learner: ``vllm.learn_pad``)
 FORMS = ("unpadded", "to-limit", "to-limit-clamped", "with-room")
 MAX_MODEL_LEN = 1 << 24
 

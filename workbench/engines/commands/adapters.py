@@ -207,7 +207,7 @@ class LaunchAdapter(abc.ABC):
         """Make the release importable in this process, before ``load``: by default the GPU's
         platform stand-in, torch settled without triton, and the release's package registered bare
         with the accelerator libraries stood in by name (``standins.install``). An engine whose
-        modules need another arrangement overrides it (vLLM: ``vllm_loader``). Returns the folder
+        modules need another arrangement overrides it (vLLM: ``vllm.loader``). Returns the folder
         of the stand-in tools (``platform_standins.install``), removed when the process ends."""
         from workbench.engines.checking import checks
         from workbench.engines.sandbox import platform_standins, standins

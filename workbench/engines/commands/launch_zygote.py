@@ -3,7 +3,7 @@
 ``python -m workbench.engines.commands.launch_zygote`` is started by ``launch_service`` with one JSON
 object on stdin (the release, its cached install, the GPU, the socket path, the idle timeout
 and the owner's pid). It stands in for the GPU and the accelerator libraries, imports the
-release's modules through its adapter (``launch_adapters``), runs one warm-up request in a child
+release's modules through its adapter (``adapters``), runs one warm-up request in a child
 and imports what that child imported (so requests do not pay for modules the engine imports
 lazily), then listens on a Unix socket. Each connection carries one JSON line:
 

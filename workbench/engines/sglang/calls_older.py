@@ -1,6 +1,6 @@
 """The engine's side for releases whose entry points differ from 0.5.23's (worker process only).
 
-Chosen by what the engine's object has, never by a version: ``sglang_calls`` hands a call here
+Chosen by what the engine's object has, never by a version: ``calls`` hands a call here
 when the method it makes is missing and the older one is present.
 
 * The NPU allocator was ``AscendPagedTokenToKVPoolAllocator`` before it was

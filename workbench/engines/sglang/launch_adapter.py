@@ -1,4 +1,4 @@
-"""SGLang's own parser and resolution, run in the engine process (see ``launch_adapters``).
+"""SGLang's own parser and resolution, run in the engine process (see ``commands.adapters``).
 
 The command goes through the release's ``prepare_server_args`` (its ``argparse`` parser built by
 ``ServerArgs.add_cli_args``, ``--config`` files merged, the ``ServerArgs`` record made; up to the

@@ -2,8 +2,8 @@
 
 ``learn_release`` fetches the wheel into the workbench's cache, finds each class and function in
 it by name (``locate.py``), starts one worker process that holds the release's modules
-(``learn_sglang_worker.py``) and asks it, buffer by buffer, what the engine's code gives
-(``learn_sglang_buffers.py`` says what is measured and how an answer becomes a fact). The section
+(``learn_worker.py``) and asks it, buffer by buffer, what the engine's code gives
+(``learn_buffers.py`` says what is measured and how an answer becomes a fact). The section
 ``buffers`` of ``ROOT/sglang/X.json`` then holds, for each buffer the workbench models, its rule
 or behaviour as a fact (measured, with the function and the number of states; or absent), and
 ``conformance``: where each module conformance imports was found, and whether the release loads

@@ -1,6 +1,6 @@
 """One SGLang release measured in a process of its own: ``python -m workbench.engines.sglang.learn_worker``.
 
-The parent (``learn_sglang.py``) has already found where the release keeps each class and
+The parent (``learn.py``) has already found where the release keeps each class and
 function (``locate.py``); this process loads the release as conformance does (``standins.py``: a
 bare package, stand-ins for the accelerator libraries) and answers each task with what the
 engine's own code gave:

@@ -7,7 +7,7 @@ up. ``measure`` runs that method on the meta device (``engine_objects.py``) for 
 measuring grid and returns the buffer's width in the workbench backend's unit (pages or tokens
 for a table, entries for a pooled step row).
 
-The objects are set up as ``sglang_calls`` sets them up for conformance (the Ascend and DSA
+The objects are set up as ``calls`` sets them up for conformance (the Ascend and DSA
 backends) or with the settings every backend reads (``_settings``); what a method reads beyond
 that is filled by ``engine_objects.call_filling`` and recorded.
 """

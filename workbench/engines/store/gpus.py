@@ -1,7 +1,7 @@
 """The accelerators a check can stand for (``data/gpus.json``): ``gpu("h100")``, a ``Gpu``.
 
 Plain data: imports nothing of the workbench. ``Gpu`` crosses to the engine process inside a
-``LaunchRequest`` (``launch_adapters``) and is what the platform stand-in answers with
+``LaunchRequest`` (``commands.adapters``) and is what the platform stand-in answers with
 (``platform_standins``); both import it from here."""
 
 from __future__ import annotations

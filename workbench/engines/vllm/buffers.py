@@ -1,6 +1,6 @@
 """vLLM's own sizing and fill functions for the buffers the vLLM backends model, called on a CPU.
 
-Runs in the learn worker (``learn_vllm_worker``), over a release installed by ``vllm_loader``.
+Runs in the learn worker (``learn_worker``), over a release installed by ``loader``.
 Each buffer is found by what the release defines, never by its version number (``locate``):
 
 * the v1 block table's width: ``MultiGroupBlockTable`` (built as the model runner builds it:

@@ -1,7 +1,7 @@
 """Conformance for a vLLM release: the vLLM backends' models against the release's own functions.
 
-The release runs in a learn worker (``learn_vllm_worker``: its modules loaded once, on a stand-in
-GPU; opened and asked through ``vllm_session``); the models run here, with the release's learned
+The release runs in a learn worker (``learn_worker``: its modules loaded once, on a stand-in
+GPU; opened and asked through ``session``); the models run here, with the release's learned
 data (``buffers``: the widths' alignments, each backend's row write). Every function gets the same
 seeded states for every release (``random.Random(f"{seed}:{function}")``), and a state agrees when the engine and the model give
 the same answer: the same width, or the same outcome with the same error text (torch's, numpy's)
@@ -19,18 +19,18 @@ Functions (each only where the release has it, ``vllm_buffers.locate``):
   table, against ``write_rows`` with the backend's learned row write;
 * ``KVCacheManager.allocate_slots`` (a request's blocks near ``max_model_len``), against the v1
   block table backend's ``allocation`` with the release's learned policy, and ``Scheduler.schedule``
-  against its ``decode_step`` with the learned cap (``learn_vllm_kv``; run by ``run_version`` where
+  against its ``decode_step`` with the learned cap (``learn_kv``; run by ``run_version`` where
   the release's ``kv`` section was learned);
 * ``Scheduler.schedule`` on a prompt sent again near ``max_model_len`` (the scheduler's padding of a
   waiting request), against the waiting-pad backend's ``first_step`` with the release's learned form
-  (``learn_vllm_pad``; where the ``pad`` section was learned);
+  (``learn_pad``; where the ``pad`` section was learned);
 * ``AsyncScheduler.schedule`` on a request run to its end with the step before in flight, against
-  the cap form learned for it (``learn_vllm_async``; where the ``async`` section measured one);
+  the cap form learned for it (``learn_async``; where the ``async`` section measured one);
 * the V0 ``Scheduler.schedule`` and ``StopChecker`` on a request near ``max_model_len``, with and
   without asynchronous output processing, against the stop forms learned for them
-  (``learn_vllm_v0_stop``; where the ``v0-stop`` section measured them).
+  (``learn_v0_stop``; where the ``v0-stop`` section measured them).
 
-``workbench conformance --engine vllm==X`` prints these rows; ``learn_vllm`` records them.
+``workbench conformance --engine vllm==X`` prints these rows; ``learn`` records them.
 """
 
 from __future__ import annotations

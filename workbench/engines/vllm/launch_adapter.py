@@ -1,4 +1,4 @@
-"""vLLM's own parser and resolution, run in the engine process (see ``launch_adapters``).
+"""vLLM's own parser and resolution, run in the engine process (see ``commands.adapters``).
 
 The command goes through the release's own command line: the console script its wheel declares
 (``entry_points.txt``: ``vllm = vllm.entrypoints.cli.main:main``, or ``vllm.scripts:main`` in
@@ -10,7 +10,7 @@ work) and validating, until it dispatches to the server: there the parsed argume
 on a ``FlexibleArgumentParser``, and its ``validate_parsed_serve_args``). The serve dispatch's one
 line before it starts the server, ``args.model = args.model_tag``, is done here too. Then
 ``AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=OPENAI_API_SERVER)``, as
-the server's start-up calls it, on the stand-in GPU (``vllm_loader``).
+the server's start-up calls it, on the stand-in GPU (``loader``).
 
 Who set each value: the command (``given``: the parser's actions are watched as they take each
 option), or the engine function that wrote the config field last (``__setattr__`` of the config

@@ -1,7 +1,7 @@
 """``workbench engines learn vllm==X``: one vLLM release's buffers, parser and defaults, from its own code.
 
 ``learn_release`` fetches the release (slim: its Python files) into the workbench's cache and
-starts one worker process holding it (``learn_vllm_worker``), which finds each buffer's code by
+starts one worker process holding it (``learn_worker``), which finds each buffer's code by
 what the release defines (``vllm_buffers.locate``) and runs it. Three sections of
 ``ROOT/vllm/X.json`` are written:
 
@@ -15,7 +15,7 @@ what the release defines (``vllm_buffers.locate``) and runs it. Three sections o
 * ``parser`` and ``launch``: what the launch adapter loaded from the release (its command line,
   its resolution), the parser's options, and what a reference DSA command resolves to;
 * ``conformance``: the models against the release's functions, state by state
-  (``conformance_vllm``: 200 seeded states per function, 1,000 for the newest release).
+  (``conformance``: 200 seeded states per function, 1,000 for the newest release).
 
 A release learned before from the same wheel by the same learner is skipped.
 """

@@ -1,5 +1,5 @@
 """What a vLLM release's ``AsyncScheduler`` does near ``max_model_len``: whether the cap its
-synchronous ``Scheduler`` was measured with (``learn_vllm_kv``) also holds for the steps it forms
+synchronous ``Scheduler`` was measured with (``learn_kv``) also holds for the steps it forms
 while the step before is still running, learned by running the release's own scheduler on a CPU.
 
 Asynchronous scheduling forms a request's next step before the last one's output is back: the

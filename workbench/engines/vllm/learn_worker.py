@@ -1,7 +1,7 @@
 """The learn worker of one vLLM release: ``python -m workbench.engines.vllm.learn_worker``.
 
 Reads a set-up line (the release's cached install and the GPU to stand in for), installs the
-release (``vllm_loader``), then answers one JSON task per line (``learn_session``):
+release (``loader``), then answers one JSON task per line (``sandbox.session``):
 
 * ``locate``: what the release has for each buffer (``vllm_buffers.locate``);
 * ``parser``: the launch adapter's load report and the parser's facts (``launch_adapters.vllm``);

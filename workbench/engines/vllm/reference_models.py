@@ -1,6 +1,6 @@
 """The reference models a vLLM release is asked about: small configs the engine reads as local models.
 
-Written to a temporary folder by the learn worker (``learn_vllm_worker``: the reference launch
+Written to a temporary folder by the learn worker (``learn_worker``: the reference launch
 command's model, the DSA buffers' shape) and by the vLLM launch adapter (its warm-up command). Plain
 data: imports nothing; imported by both, so neither imports the other for it.
 """

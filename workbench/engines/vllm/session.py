@@ -1,10 +1,10 @@
 """A vLLM release held by a learn worker, and the rows its answers make: what every vLLM learner asks with.
 
-``open_session(install)`` starts the release's learn worker (``learn_vllm_worker``: its modules
+``open_session(install)`` starts the release's learn worker (``learn_worker``: its modules
 loaded once, on a stand-in GPU) with the first set-up that imports it; ``ask_all`` sends it a task's
 states ``BATCH`` at a time; ``row`` / ``skipped`` are a conformance row in the form every learner
-and ``conformance_vllm`` report. Imported by the vLLM learners and ``conformance_vllm``; imports
-only the release store (``wheels``) and the worker session (``learn_session``).
+and ``conformance`` report. Imported by the vLLM learners and ``conformance``; imports
+only the release store (``wheels``) and the worker session (``sandbox.session``).
 """
 
 from __future__ import annotations
