@@ -7,6 +7,6 @@ with for a release), the states it tries (``states``), the form both sides answe
 (``worker``: ``python -m workbench.engines.checking.worker``).
 
 Imported by the CLI and by SGLang's learners and launch code (``checks``, ``states``, ``answers``);
-imports the backends, ``model``, the store, the sandbox and the engines' call modules
-(``sglang.calls``, ``vllm.conformance``).
+imports the backends, ``model``, analysis (the seeds, the reach model), the store, the sandbox
+and the engines' call modules (``sglang.calls``, ``vllm.conformance``).
 """

@@ -8,6 +8,6 @@ and what is learned through it (``launch_learn``: each release's parser and reso
 
 Imported by preflight, present, the CLI and the engine rooms' launch adapters (``adapters``,
 ``adapter_common``); imports the store, the sandbox, ``checking.checks`` (torch settled without
-triton in the engine process) and, in ``startup_learn``, analysis and repro (the settings it asks
-about).
+triton in the engine process), ``files``, ``model`` and, in ``startup_learn``, the backend registry,
+analysis and repro (the settings it asks about).
 """

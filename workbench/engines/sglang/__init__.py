@@ -8,6 +8,6 @@ launch adapter (``launch_adapter``, ``launch_runner``: its parser and resolution
 engine process).
 
 Imported by ``learning.learn`` (by name), ``checking`` (the calls), ``commands`` (the adapter, by
-``"module:Class"`` name); imports the store, the sandbox, ``checking``, ``commands.adapters``, the
-backends and ``model``.
+``"module:Class"`` name); imports the store, the sandbox, ``learning``, ``checking``,
+``commands.adapters``, the backends, ``model`` and analysis (the seeds, the reach model).
 """
