@@ -56,7 +56,7 @@ confirm_runs = True  # run every row again (a failure must be hit, a margin run 
 
 # %%
 from workbench.analysis.memory import load_presets
-from workbench.engines.versions import load_versions
+from workbench.engines.store.versions import load_versions
 from workbench.present import notebook_params as check
 
 device = check.check_device(device)

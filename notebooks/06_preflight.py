@@ -56,7 +56,7 @@ hf_cache = "../tests/data/hf_cache/hub"  # where the box looks models up (HF_HUB
 # %%
 import os
 
-from workbench.engines.release_choice import offered
+from workbench.engines.commands.release_choice import offered
 from workbench.present import notebook_params as check
 
 device = check.check_device(device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from workbench.engines.learned_table import page
+from workbench.engines.learning.learned_table import page
 
 if __name__ == "__main__":
     print(page(sys.argv[1] if len(sys.argv) > 1 else "vllm"))

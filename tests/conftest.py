@@ -59,12 +59,12 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[A
 
 @pytest.fixture(autouse=True, scope="session")
 def _engine_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The engine processes that read launch commands (``workbench.engines.launch_service``): this
+    """The engine processes that read launch commands (``workbench.engines.commands.launch_service``): this
     session's own run folder, shared by every test (one process per release and GPU), all stopped
     at the end, so no process outlives the suite."""
     import os
 
-    from workbench.engines import launch_service
+    from workbench.engines.commands import launch_service
 
     previous = os.environ.get("WORKBENCH_RUN_DIR")
     os.environ["WORKBENCH_RUN_DIR"] = str(tmp_path_factory.mktemp("engine-processes"))

@@ -72,8 +72,9 @@ def _case(case: dict[str, Any], hf_cache: str) -> dict[str, Any]:
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
-    from workbench.engines import checks, platform_standins, standins
-    from workbench.engines.launch_adapters import gpu_from_json
+    from workbench.engines.checking import checks
+    from workbench.engines.commands.adapters import gpu_from_json
+    from workbench.engines.sandbox import platform_standins, standins
 
     platform_standins.install(gpu_from_json(job["gpu"]))
     checks.settle_torch_without_triton()

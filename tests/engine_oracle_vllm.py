@@ -70,7 +70,7 @@ def _run(program: str, argv: list[str]) -> None:
 
 
 def _case(case: dict[str, Any], hf_cache: str) -> dict[str, Any]:
-    from workbench.engines.model_lookup import apply_hub_env
+    from workbench.engines.sandbox.model_lookup import apply_hub_env
 
     os.environ.update(case.get("env", {}))
     apply_hub_env({"HF_HUB_CACHE": os.path.abspath(hf_cache)})  # offline, the test data's cache (read at import)
@@ -89,8 +89,8 @@ def _case(case: dict[str, Any], hf_cache: str) -> dict[str, Any]:
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
-    from workbench.engines import vllm_loader
-    from workbench.engines.launch_adapters import gpu_from_json
+    from workbench.engines.commands.adapters import gpu_from_json
+    from workbench.engines.vllm import loader as vllm_loader
 
     vllm_loader.install(Path(job["package_dir"]), Path(job["deps"]), gpu_from_json(job["gpu"]))
     vllm_loader.model_inspection_in_process()

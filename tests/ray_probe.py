@@ -20,8 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> int:
     job = json.loads(sys.stdin.readline())
-    from workbench.engines import gpus, ray_standin, standins, wheels
-    from workbench.engines.launch_adapters import LaunchRequest, adapter
+    from workbench.engines.commands.adapters import LaunchRequest, adapter
+    from workbench.engines.sandbox import standins
+    from workbench.engines.store import gpus, wheels
+    from workbench.engines.vllm import ray_standin
 
     install = wheels.cached(job["engine"])
     assert install is not None, f"{job['engine']} is not in the workbench's engine cache"

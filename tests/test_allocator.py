@@ -11,6 +11,7 @@ from reference import alloc_decode, alloc_extend, ceil_div
 
 from workbench.analysis.cases import AllocatorCase, parse_case
 from workbench.analysis.probe import probe_allocator
+from workbench.backends import gather_of
 from workbench.model.allocator import IntegrityError, PagedAllocator
 from workbench.model.outcome import Outcome
 
@@ -152,7 +153,7 @@ def test_random_workloads_keep_integrity_and_leak_nothing() -> None:
                 ids = list(requests)
                 seq = [len(requests[i]) + 1 for i in ids]
                 last = [requests[i][-1] for i in ids]
-                out = alloc.alloc_decode(seq, last, rng.choice(["npu-clamped", "cuda-masked"]))
+                out = alloc.alloc_decode(seq, last, gather_of(rng.choice(["npu-clamped", "cuda-masked"])))
                 if out is not None:
                     for i, slot in zip(ids, out.tolist()):
                         requests[i].append(slot)

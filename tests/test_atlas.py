@@ -34,7 +34,7 @@ def _setting(frame: pd.DataFrame, backend: str, mode: str, preset: str, recipe: 
 def _named_by_0523() -> set[str]:
     """The backends whose rule data/engines.json records for 0.5.23 (the data, not the atlas)."""
     from workbench.backends import table_backends
-    from workbench.engines.versions import engine_version
+    from workbench.engines.store.versions import engine_version
 
     version = engine_version("sglang==0.5.23")
     return {b.label for b in table_backends() if "rule" in version.case_fields(b.name)}
@@ -43,7 +43,7 @@ def _named_by_0523() -> set[str]:
 def _pooled_named_by(engine: str) -> set[str]:
     """The pooled backends (flat kv_indices) whose buffers data/engines.json records for ``engine``."""
     from workbench.backends import POOLED_BACKENDS
-    from workbench.engines.versions import engine_version
+    from workbench.engines.store.versions import engine_version
 
     version = engine_version(engine)
     return {b.name for b in POOLED_BACKENDS if version.case_fields(b.name)}
@@ -52,7 +52,7 @@ def _pooled_named_by(engine: str) -> set[str]:
 def _reservation_named_by(engine: str) -> set[str]:
     """The request table's reservation, where data/engines.json records one for ``engine``."""
     from workbench.backends import RESERVATION_BACKENDS
-    from workbench.engines.versions import engine_version
+    from workbench.engines.store.versions import engine_version
 
     version = engine_version(engine)
     return {b.name for b in RESERVATION_BACKENDS if version.case_fields(b.name)}

@@ -21,7 +21,7 @@ import pytest
 from workbench import backends
 from workbench.analysis.atlas import format_summary, run_atlas, summarize
 from workbench.analysis.memory import load_presets
-from workbench.engines import learned, startup_learn
+from workbench.engines.store import learned, startup_section
 from workbench.present.atlas_figure import atlas_caption, atlas_figure
 
 ASKED, NEVER_ASKED = "sglang==0.5.23", "sglang==0.5.10"
@@ -38,12 +38,12 @@ def small() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _answer(row: dict[str, Any]) -> str | None:
     """What the row's release said of its setting when asked (its learned file), or None if never asked."""
-    section = learned.section(str(row["engine"]), startup_learn.SECTION)
+    section = learned.section(str(row["engine"]), startup_section.SECTION)
     if section is None:
         return None
     label = str(row["backend"])
     backend = backends.backend_of(label).name if backends.is_table_backend(label) else label
-    recipe = startup_learn.recipe_word(int(row["draft_tokens"]), int(row["spec_steps"]), int(row["spec_topk"]),
+    recipe = startup_section.recipe_word(int(row["draft_tokens"]), int(row["spec_steps"]), int(row["spec_topk"]),
                                        bool(row["draft_has_kv"]))
     said = section["settings"]["value"].get(backend, {}).get(recipe, {}).get(str(int(row["page_size"])))
     return str(said) if said is not None else None
@@ -87,7 +87,7 @@ def test_a_cell_whose_every_setting_is_refused_says_refused_at_start_up(small: t
     expected = _all_refused(frame)
     # 0.5.23 on the Ascend block table: the section refuses NGRAM on an NPU (both breadths) and EAGLE
     # topk 4 at page size 128, so none of QwQ-32B's speculative settings starts there
-    ascend = learned.section(ASKED, startup_learn.SECTION)["settings"]["value"]["sglang-ascend-block-tables"]
+    ascend = learned.section(ASKED, startup_section.SECTION)["settings"]["value"]["sglang-ascend-block-tables"]
     assert all(ascend[recipe]["128"].startswith("refused: ") for recipe in ("NGRAM-16-1-1", "EAGLE-8-5-4"))
     assert {("npu-block-table", ASKED, mode) for mode in ("target-verify", "draft-decode", "draft-extend")} <= set(expected)
     rows = summary.set_index(CELL)

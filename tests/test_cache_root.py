@@ -1,4 +1,4 @@
-"""Where the workbench keeps its cache (``workbench.engines.cache_root``)."""
+"""Where the workbench keeps its cache (``workbench.engines.store.cache_root``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.engines import learned, wheels
-from workbench.engines.cache_root import cache_root
+from workbench.engines.store import learned, wheels
+from workbench.engines.store.cache_root import cache_root
 
 
 def test_an_empty_workbench_cache_is_unset_not_the_current_folder(monkeypatch: pytest.MonkeyPatch,

@@ -16,9 +16,10 @@ from functools import partial
 import pytest
 
 from workbench.backends import backend_of
-from workbench.engines import checks, conformance, wheels, worker
-from workbench.engines import model_calls as mc
-from workbench.engines.answers import UNWRITTEN
+from workbench.engines.checking import checks, conformance, worker
+from workbench.engines.checking import model_calls as mc
+from workbench.engines.checking.answers import UNWRITTEN
+from workbench.engines.store import wheels
 
 ENGINE = "sglang==0.5.23"
 TRITON_ROWS = {f for check in checks.CHECKS for f in check.triton}  # may be skipped where triton is absent
@@ -213,7 +214,7 @@ def test_page_builder_states_tell_a_wrong_bound_apart(function: str, monkeypatch
 def _modelled_versions() -> list[str]:
     """Every learned release and the pseudo-versions over them that carry a patch (the others'
     change is in no code conformance can run)."""
-    from workbench.engines.versions import load_versions
+    from workbench.engines.store.versions import load_versions
 
     return [e for e, v in load_versions().items() if e.startswith("sglang==")
             and (v.pseudo is None or v.facts.get("pseudo", {}).get("patch"))]

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from workbench.analysis.executors import Executor
-from workbench.engines import conformance
+from workbench.engines.checking import conformance
 
 pytest.importorskip("ray")
 RELEASES = ["sglang==0.5.23", "sglang==0.5.19"]

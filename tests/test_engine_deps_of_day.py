@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.engines import wheels
+from workbench.engines.store import wheels
 
 
 @pytest.mark.parametrize(("package", "filename", "version"), [

@@ -14,7 +14,7 @@ import sys
 from workbench.analysis.cases import parse_case
 from workbench.analysis.probe import probe
 from workbench.analysis.sweep import SweepGrid, run_sweep
-from workbench.engines.versions import engine_version, load_versions
+from workbench.engines.store.versions import engine_version, load_versions
 from workbench.model.cases import Replay, TableCase
 
 QWQ = {"component": "npu-block-table", "context_len": 32768, "page_size": 128, "draft_tokens": 16, "spec_topk": 10,

@@ -23,7 +23,7 @@ from workbench.analysis.memory import memory_table, rule_width
 from workbench.analysis.probe import probe
 from workbench.analysis.sweep import SweepGrid, run_sweep
 from workbench.backends import backend_of
-from workbench.backends.sglang_fa3_page_table import Fa3PageTable
+from workbench.backends.sglang.fa3_page_table import Fa3PageTable
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.request_table import RequestTable

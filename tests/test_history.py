@@ -17,8 +17,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from workbench.analysis.history import format_history, history, references
-from workbench.engines import learned, startup_learn
-from workbench.engines.versions import load_versions
+from workbench.engines.store import learned, startup_section
+from workbench.engines.store.versions import load_versions
 
 SEEDS = (("sglang-ascend-block-tables", "target-verify", "rule"), ("sglang-dsa-page-table", "target-verify", "rule"),
          ("allocator", "decode", "gather"))
@@ -70,12 +70,12 @@ def test_history_prints_runs_of_releases() -> None:
 
 def _startup_answer(release: str, component: str, mode: str) -> str | None:
     """What ``release`` said, asked at start-up, of the reference deployment (its learned file), or None."""
-    section = learned.section(release, startup_learn.SECTION)
+    section = learned.section(release, startup_section.SECTION)
     reference = next(r for r in references() if (r.component, r.mode) == (component, mode))
     if section is None or component == "allocator":
         return None
     settings = {"spec_steps": 1, "spec_topk": 1, "draft_tokens": 0, "draft_has_kv": True, **reference.settings}
-    recipe = startup_learn.recipe_word(settings["draft_tokens"], settings["spec_steps"], settings["spec_topk"],
+    recipe = startup_section.recipe_word(settings["draft_tokens"], settings["spec_steps"], settings["spec_topk"],
                                        settings["draft_has_kv"])
     said = section["settings"]["value"].get(component, {}).get(recipe, {}).get(str(settings["page_size"]))
     return str(said) if said is not None else None

@@ -197,7 +197,7 @@ def test_a_model_type_transformers_does_not_know_is_named_not_blamed_on_the_cpu(
     """vLLM 0.18.0 reading zai-org/GLM-5-FP8 with the transformers beside it raises transformers'
     own ValueError (text as it raised it in the engine process); that is a newer model than the
     library, so the check is undecided naming the type, not "cannot run on a CPU"."""
-    from workbench.engines.launch_adapters.common import unknown_model_type
+    from workbench.engines.commands.adapter_common import unknown_model_type
 
     raised = ValueError("The checkpoint you are trying to load has model type `glm_moe_dsa` but Transformers does not "
                         "recognize this architecture. This could be because of an issue with the checkpoint, or because "
@@ -211,8 +211,8 @@ def test_a_flag_read_through_a_setting_the_engine_derived_from_it_is_still_shown
     """SGLang 0.5.9 with ``--speculative-algorithm NGRAM --speculative-ngram-max-bfs-breadth 10``:
     the engine copies the breadth into ``speculative_eagle_topk`` (server_args.py:2475 in 0.5.9), the
     deployment reads that, and the flag the command gave is shown too, as modelling a buffer."""
-    from workbench.engines.launch_adapters import ENGINE, GIVEN, RESOLVED, FlagUse, Resolution
-    from workbench.engines.launch_adapters import Setting as EngineSetting
+    from workbench.engines.commands.adapters import ENGINE, GIVEN, RESOLVED, FlagUse, Resolution
+    from workbench.engines.commands.adapters import Setting as EngineSetting
     from workbench.preflight.deployment import Settings
     from workbench.preflight.resolve_sglang import READS
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from workbench.engines import gpus, wheels
-from workbench.engines.launch_adapters import to_json
+from workbench.engines.commands.adapters import to_json
+from workbench.engines.store import gpus, wheels
 from workbench.preflight import BAD_INPUT, pick_gpu
 from workbench.preflight.batch import Outcome, check_all, source_gpu
 from workbench.preflight.command import parse_commands

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from workbench.engines import gpus, launch_service, release_choice, wheels
-from workbench.engines.launch_adapters import to_json
+from workbench.engines.commands import launch_service, release_choice
+from workbench.engines.commands.adapters import to_json
+from workbench.engines.store import gpus, wheels
 from workbench.preflight import UNDECIDED, CheckResult, PreflightError, check
 
 pytestmark = pytest.mark.engine

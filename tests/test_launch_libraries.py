@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from workbench.engines import gpus, launch_service, wheels
-from workbench.engines.launch_adapters import RESOLVED, UNDECIDED, UNLOADABLE, LaunchRequest, Resolution, to_json
-from workbench.engines.launch_adapters import vllm as vllm_adapter
-from workbench.engines.model_lookup import Located
+from workbench.engines.commands import launch_service
+from workbench.engines.commands.adapters import RESOLVED, UNDECIDED, UNLOADABLE, LaunchRequest, Resolution, to_json
+from workbench.engines.sandbox.model_lookup import Located
+from workbench.engines.store import gpus, wheels
+from workbench.engines.vllm import launch_adapter as vllm_adapter
 
 
 def _request() -> LaunchRequest:
@@ -128,7 +129,7 @@ class _Tokenizers:
 
 def test_a_tokenizer_with_no_file_here_stops_the_resolution_as_a_missing_file(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from workbench.engines import vllm_loader
+    from workbench.engines.vllm import loader as vllm_loader
 
     snapshot = tmp_path / "snapshot"
     snapshot.mkdir()
@@ -166,7 +167,7 @@ def test_the_files_the_engine_asked_for_and_the_cache_lacks_are_named(monkeypatc
                                                                        tmp_path: Path) -> None:
     """transformers' ``cached_files`` raising for a file (remote code, a tokenizer) is noted, and
     the answer names that file and how to fetch it, for a hub id and for a local folder."""
-    from workbench.engines import model_lookup
+    from workbench.engines.sandbox import model_lookup
 
     def cached_files(path_or_repo_id: str, filenames: list[str], **kwargs: object) -> list[str]:
         if "configuration_deepseek.py" in filenames:

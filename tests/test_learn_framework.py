@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import main
-from workbench.engines import learn, learned, releases
+from workbench.engines.learning import learn
+from workbench.engines.store import learned, releases
 
 
 def test_a_learner_is_found_by_the_engines_name() -> None:
-    assert learn.learner_module("vllm-ascend") == "workbench.engines.learn_vllm_ascend"
+    assert learn.learner_module("vllm-ascend") == "workbench.engines.vllm_ascend.learn"
     with pytest.raises(ValueError, match="'tgi' is not one of sglang, vllm, vllm-ascend"):
         learn.learner("tgi")
 

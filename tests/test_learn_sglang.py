@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.engines import engine_objects as eo
-from workbench.engines import learn_rules as lr
-from workbench.engines import learned, wheels
-from workbench.engines.locate import Wheel
-from workbench.engines.tolerant_import import import_tolerant
+from workbench.engines.learning import rules as lr
+from workbench.engines.sandbox import engine_objects as eo
+from workbench.engines.sandbox.locate import Wheel
+from workbench.engines.sandbox.tolerant_import import import_tolerant
+from workbench.engines.store import learned, wheels
 
 
 def _wheel(tmp_path: Path, files: dict[str, str]) -> Wheel:
@@ -117,7 +117,7 @@ RELEASE = os.environ.get("WORKBENCH_LEARN_RELEASE", "sglang==0.5.23")
 def test_a_shipped_release_learned_again_is_byte_identical(tmp_path: Path) -> None:
     """The shipped file with this learner's section removed, learned again from the release's own
     code (the wheel from the cache, or fetched): the same bytes."""
-    from workbench.engines import learn_sglang
+    from workbench.engines.sglang import learn as learn_sglang
 
     try:
         wheels.fetch(RELEASE)

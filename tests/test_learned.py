@@ -13,9 +13,9 @@ import pytest
 from workbench import backends
 from workbench.analysis.records import probe_record
 from workbench.backends import pooled_backend_of
-from workbench.engines import learned
-from workbench.engines.releases import releases, split
-from workbench.engines.states import geometry_of
+from workbench.engines.checking.states import geometry_of
+from workbench.engines.store import learned
+from workbench.engines.store.releases import releases, split
 
 SHIPPED = sorted(p for p in (learned.SHIPPED / "sglang").glob("*.json")
                  if "buffers" in json.loads(p.read_text())["sections"])
@@ -124,7 +124,7 @@ def test_each_docs_table_is_the_page_the_files_give(engine: str) -> None:
     page of learned releases; the page must be, byte for byte, what the files give, and name at its
     top the command that regenerates it."""
     from workbench.engines.docs_pages import page_path
-    from workbench.engines.learned_table import page, table
+    from workbench.engines.learning.learned_table import page, table
 
     text = (ROOT / page_path(engine)).read_text(encoding="utf-8")
     assert text == page(engine) + "\n", f"stale: run workbench engines releases {engine} --table > {page_path(engine)}"
@@ -136,7 +136,7 @@ def test_the_launch_table_is_the_page_the_files_give() -> None:
     """``workbench engines launch-table > docs/releases-sglang-launch-table.md``: the same, for every
     listed SGLang release's parser and resolution."""
     from workbench import cli
-    from workbench.engines import launch_learn
+    from workbench.engines.commands import launch_learn
     from workbench.engines.docs_pages import page_path
 
     path = page_path("sglang-launch")

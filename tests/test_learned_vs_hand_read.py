@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.engines import learned
-from workbench.engines.releases import releases, split, version_key
+from workbench.engines.store import learned
+from workbench.engines.store.releases import releases, split, version_key
 
 HAND_READ = json.loads((Path(__file__).parent / "data" / "sglang_hand_read.json").read_text())
 # The README and its pages in docs/ (docs/releases.md holds "What learning changed")

@@ -13,7 +13,7 @@ from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import TableCase
 from workbench.analysis.memory import buffer_bytes, load_presets, memory_table, min_safe_width
 from workbench.backends import backend_of
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends.sglang.dsa_page_table import Replay
 from workbench.model.geometry import Mode, ServingGeometry
 
 QWQ = ServingGeometry(context_len=32768, page_size=128, draft_tokens=16, spec_topk=10, draft_has_kv=False, max_bs=32)

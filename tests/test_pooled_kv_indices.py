@@ -17,7 +17,7 @@ from reference import ceil_div, request_table_width
 
 from workbench import backends
 from workbench.backends.pooled import PooledOverflow
-from workbench.engines.versions import load_versions
+from workbench.engines.store.versions import load_versions
 from workbench.model.geometry import ServingGeometry
 
 BUFFERS = [(b.name, buf.key, rule) for b in backends.POOLED_BACKENDS for buf in b.buffers for rule in buf.rules]

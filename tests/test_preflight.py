@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from workbench import cli
-from workbench.engines import wheels
+from workbench.engines.store import wheels
 from workbench.preflight import FAILS, SAFE, UNDECIDED, PreflightError, check, resolve, vllm_backends
 from workbench.preflight.format import format_text, to_json
 
@@ -560,9 +560,9 @@ def test_a_vllm_backend_plugs_in_without_edits(monkeypatch: pytest.MonkeyPatch) 
     """A stand-in vLLM backend in the registry and a rule in the version data are all a vLLM row
     needs: the registry query picks it by ``launch_names``, the rule comes from data/engines.json."""
     from workbench import backends
-    from workbench.backends.sglang_fa3_page_table import Fa3PageTableBackend
-    from workbench.engines import launch
-    from workbench.engines.versions import EngineVersion
+    from workbench.backends.sglang.fa3_page_table import Fa3PageTableBackend
+    from workbench.engines.store import launch_defaults as launch
+    from workbench.engines.store.versions import EngineVersion
 
     class StandIn(Fa3PageTableBackend):  # FA3's cdiv(ctx, ps) width: the indexer's unaligned 0.23.0 width
         name = "vllm-stand-in-indexer"
@@ -587,7 +587,7 @@ def test_every_launch_default_names_where_it_was_read() -> None:
     import re
 
     from workbench.analysis.memory import load_presets
-    from workbench.engines.launch import load_launch_data
+    from workbench.engines.store.launch_defaults import load_launch_data
 
     data = load_launch_data()
     read = re.compile(r"(sglang|vllm)/[\w/]+\.py:\d+")

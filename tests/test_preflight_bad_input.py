@@ -110,7 +110,7 @@ def test_at_least_twenty_bad_inputs() -> None:
 @pytest.mark.engine
 def test_sglang_start_up_refusals_are_in_its_source() -> None:
     """The start-up messages above are the engine's: each is in the 0.5.23 wheel's own source."""
-    from workbench.engines import wheels
+    from workbench.engines.store import wheels
 
     source = "\n".join(p.read_text(errors="replace") for p in (wheels.fetch("sglang==0.5.23").package_dir / "srt").rglob("*.py")
                        if p.parent.name in ("arg_groups", "speculative", "configs"))
@@ -136,7 +136,7 @@ def test_a_config_json_gives_the_context_length_as_the_engine_derives_it(tmp_pat
     import subprocess
     import sys
 
-    from workbench.engines import wheels
+    from workbench.engines.store import wheels
 
     folder = tmp_path / "QwQ-32B"
     folder.mkdir()

@@ -18,7 +18,8 @@ from workbench.analysis import capture_cache
 from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import AllocatorCase, TableCase
 from workbench.analysis.probe import probe_allocator, probe_table
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends import gather_of
+from workbench.backends.sglang.dsa_page_table import Replay
 from workbench.model.allocator import Gather, PagedAllocator
 from workbench.model.geometry import Mode, ServingGeometry
 
@@ -180,7 +181,7 @@ def test_allocator_workloads_keep_integrity_and_leak_nothing(ps: int, num_pages:
                 requests.append(slots.tolist())
         elif op == "decode":
             seq = [len(slots) + 1 for slots in requests]
-            out = alloc.alloc_decode(seq, [slots[-1] for slots in requests], "npu-clamped" if r % 2 else "cuda-masked")
+            out = alloc.alloc_decode(seq, [slots[-1] for slots in requests], gather_of("npu-clamped" if r % 2 else "cuda-masked"))
             if out is not None:
                 for slots, slot in zip(requests, out.tolist()):
                     slots.append(slot)

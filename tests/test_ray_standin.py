@@ -2,7 +2,7 @@
 
 A vLLM release asks Ray two things while it resolves a command whose world is larger than one GPU
 and that names no executor: whether Ray imports, and whether this process has joined a Ray
-cluster (``workbench/engines/ray_standin.py``). 0.11.0 asks both: a world that fits on the node
+cluster (``workbench/engines/vllm/ray_standin.py``). 0.11.0 asks both: a world that fits on the node
 runs on multiprocessing once Ray says it is not initialized, and a world larger than the node
 (tensor parallel 8 by pipeline parallel 2 on an 8-GPU node) runs on Ray because Ray imports. The
 release's own resolution is run twice (``ray_probe.py``): with the stand-in, and with the Ray
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from workbench.engines import wheels
+from workbench.engines.store import wheels
 
 pytestmark = pytest.mark.engine
 

@@ -2,7 +2,7 @@
 
 Expected reaches come from SGLang 0.5.23's own scheduler functions (``init_req_max_new_tokens``,
 ``update_finish_state``, ``_reqs_finishing_inflight``) driven through both loop orders by
-``workbench.engines.reach_learn --reach`` in a worker process; those tests are marked ``engine``
+``workbench.engines.sglang.reach_learn --reach`` in a worker process; those tests are marked ``engine``
 and skip without the cached wheel. The others check the constant what-if and vLLM's cap."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from workbench.analysis import verdict_numbers
 from workbench.analysis.reach import reach, reach_rule
-from workbench.engines import wheels
+from workbench.engines.store import wheels
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.preflight import check
 
@@ -38,7 +38,7 @@ def engine_reach() -> dict[tuple[int, str], int | None]:
         pytest.skip("sglang 0.5.23 is not cached (workbench conformance --engine sglang==0.5.23 fetches it)")
     cases = [{"context_len": 32768, "max_accept": a, "speculative": True, "order": o}
              for a in (16, 6, 4) for o in ("overlap", "normal")]
-    done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--reach", "sglang==0.5.23"],
+    done = subprocess.run([sys.executable, "-m", "workbench.engines.sglang.reach_learn", "--reach", "sglang==0.5.23"],
                           input=json.dumps(cases), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from workbench.engines import gpus, learned, release_choice, releases, wheels
-from workbench.engines.launch_adapters import to_json
-from workbench.engines.launch_adapters.common import describe
+from workbench.engines.commands import release_choice
+from workbench.engines.commands.adapter_common import describe
+from workbench.engines.commands.adapters import to_json
+from workbench.engines.store import gpus, learned, releases, wheels
 
 DATA = Path(__file__).parent / "data"
 ORACLE = Path(__file__).parent / "engine_oracle.py"

@@ -1,4 +1,4 @@
-"""The release list and the learned-file format (workbench.engines.releases / learned)."""
+"""The release list and the learned-file format (workbench.engines.store.releases / learned)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from workbench.engines import learned, releases
+from workbench.engines.store import learned, releases
 
 
 def test_the_release_list_is_in_the_package_index_order() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import main
-from workbench.engines import wheels
+from workbench.engines.store import wheels
 from workbench.repro.command import format_list
 from workbench.repro.conditions import backend_entry, conditions, model_caveat
 from workbench.repro.findings import Finding, by_id, findings, newest_release, seed_findings

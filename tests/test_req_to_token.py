@@ -2,7 +2,7 @@
 
 The fast tests check the model against worked cases and against its own executed replay (the closed
 form against a scan); the worked numbers at ctx 32768 are the ones SGLang 0.5.23's own code gives
-(``python -m workbench.engines.reqtable_verify sglang==0.5.23``), recomputed here from the row width
+(``python -m workbench.engines.sglang.reqtable_verify sglang==0.5.23``), recomputed here from the row width
 ``ctx + 4 + D`` and the reservation ``2 * max(steps * topk, D)``. The tests marked ``engine`` run the
 engine's code: the conformance row (``ScheduleBatch.prepare_for_decode`` with its Triton writer
 interpreted) and the scheduler's loop measuring the committed length a batch is formed at.
@@ -22,8 +22,9 @@ import torch
 
 from workbench.analysis.reach import Conditions, reach_rule, reservation_reach, rule_for
 from workbench.backends import is_reservation_backend, reservation_backend_of
-from workbench.backends import sglang_req_to_token as rt
-from workbench.engines import conformance, reqtable_checks, wheels
+from workbench.backends.sglang import req_to_token as rt
+from workbench.engines.checking import conformance, reqtable_checks
+from workbench.engines.store import wheels
 from workbench.model.geometry import ServingGeometry
 from workbench.model.outcome import Outcome
 
@@ -139,7 +140,7 @@ def test_the_engine_scheduler_forms_batches_at_the_reservation_reach() -> None:
     # prompts the scheduler admits only (at most ctx - 7: reqtable_verify's validate_input_length run)
     cases = [{"context_len": 32768, "max_accept": 16, "speculative": True, "order": o, "measure": "reserved",
               "min_room": 7, "max_room": 20} for o in ("overlap", "normal")]
-    done = subprocess.run([sys.executable, "-m", "workbench.engines.reach_learn", "--reach", "sglang==0.5.23"],
+    done = subprocess.run([sys.executable, "-m", "workbench.engines.sglang.reach_learn", "--reach", "sglang==0.5.23"],
                           input=json.dumps(cases), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     overlap, normal = json.loads(done.stdout.strip().splitlines()[-1])
@@ -175,7 +176,7 @@ def test_sglang_0_5_23_decode_preparation_agrees_under_the_interpreter() -> None
 def test_the_engine_spills_where_the_model_says(engine: str) -> None:
     """``reqtable_verify``: the engine's own first spilling length (every length from ctx - 48 run),
     and the entries a prompt of ctx - 7 (the longest the scheduler admits) writes into its neighbour."""
-    from workbench.engines import reqtable_verify
+    from workbench.engines.sglang import reqtable_verify
 
     result = reqtable_verify.verify(engine)
     assert "error" not in result, result

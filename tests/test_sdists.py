@@ -1,4 +1,4 @@
-"""A release taken from its source distribution (``engines/sdists.py``): what is unpacked and how the
+"""A release taken from its source distribution (``engines/store/sdists.py``): what is unpacked and how the
 egg-info becomes the dist-info vLLM's plugin look-up reads. The archive is built here, in the layout
 setuptools gives an sdist (``<name>-<version>/``, ``<name>.egg-info/``), so no network is needed."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.engines import sdists, vllm_loader
+from workbench.engines.store import sdists
+from workbench.engines.vllm import loader as vllm_loader
 
 ENTRY_POINTS = "[vllm.platform_plugins]\nascend = vllm_ascend:register\n"
 

@@ -211,7 +211,7 @@ def test_closed_form_equals_an_executed_scan_of_every_committed_length(
         # Real rows are a multiple of 4096 tokens: scanning one takes 4096 probes. The rule and the
         # builder read the constants at call time, so the scan runs them scaled down, and the
         # reference below computes with the same scaled constants (the real ones: the next test).
-        from workbench.backends import sglang_trtllm_mla_page_table as mla
+        from workbench.backends.sglang import trtllm_mla_page_table as mla
 
         monkeypatch.setattr(mla, "TRTLLM_BLOCK_CONSTRAINT", SCALED_MLA[0])
         monkeypatch.setattr(mla, "BUILDER_BLOCK_TOKENS", SCALED_MLA[1])

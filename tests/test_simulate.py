@@ -16,7 +16,7 @@ import pytest
 from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import AllocatorCase, TableCase
 from workbench.analysis.probe import probe_allocator, probe_table
-from workbench.backends.sglang_dsa_page_table import Replay
+from workbench.backends.sglang.dsa_page_table import Replay
 from workbench.cli import main
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.sim.simulate import SimRun, capture_buckets, exact_fit_victim, simulate

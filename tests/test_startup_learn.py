@@ -12,7 +12,8 @@ import shutil
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
-from workbench.engines import learned, startup_learn, wheels
+from workbench.engines.commands import startup_learn
+from workbench.engines.store import learned, startup_section, wheels
 from workbench.model.geometry import ServingGeometry
 
 ENGINE = "sglang==0.5.23"
@@ -22,8 +23,8 @@ SAMPLE = [("sglang-fa3-page-table", "NGRAM-16-1-10", 64), ("sglang-fa3-page-tabl
 
 
 def _shipped() -> dict[str, dict[str, dict[str, str]]]:
-    section = learned.section(ENGINE, startup_learn.SECTION)
-    assert section is not None, f"{ENGINE} has no {startup_learn.SECTION} section: workbench engines learn-startup"
+    section = learned.section(ENGINE, startup_section.SECTION)
+    assert section is not None, f"{ENGINE} has no {startup_section.SECTION} section: workbench engines learn-startup"
     found: dict[str, dict[str, dict[str, str]]] = section["settings"]["value"]
     return found
 
@@ -33,14 +34,14 @@ def test_the_shipped_answers_are_the_releases_own() -> None:
         pytest.skip(f"{ENGINE} is not in the workbench's engine cache")
     wanted = {(b, r, ps) for b, r, ps in SAMPLE}
     probes = [(label, launch, g) for label, launch, g in startup_learn.probes()
-              if (label, startup_learn.recipe_key(g), g.page_size) in wanted]
+              if (label, startup_section.recipe_key(g), g.page_size) in wanted]
     assert len(probes) == len(SAMPLE)
     install = wheels.fetch(ENGINE)
     folder = startup_learn.probe_model_folder()
     try:
         for label, launch, g in probes:
             said = startup_learn.ask(install, folder, launch, g)
-            assert said == _shipped()[label][startup_learn.recipe_key(g)][str(g.page_size)], (label, g)
+            assert said == _shipped()[label][startup_section.recipe_key(g)][str(g.page_size)], (label, g)
     finally:
         shutil.rmtree(folder.parent, ignore_errors=True)
     # The engine's own words: the refusals name the check that made them
@@ -51,12 +52,12 @@ def test_the_shipped_answers_are_the_releases_own() -> None:
 def test_refusal_reads_the_learned_answer() -> None:
     ngram10 = ServingGeometry(context_len=32768, page_size=64, draft_tokens=16, spec_steps=1, spec_topk=10,
                               draft_has_kv=False)
-    key = startup_learn.recipe_key(ngram10)
+    key = startup_section.recipe_key(ngram10)
     assert key == "NGRAM-16-1-10"
-    refused = startup_learn.refusal(ENGINE, "sglang-fa3-page-table", key, 64)
+    refused = startup_section.refusal(ENGINE, "sglang-fa3-page-table", key, 64)
     assert refused is not None and "flashinfer" in refused
-    assert startup_learn.refusal(ENGINE, "sglang-fa3-page-table", "NGRAM-16-1-1", 64) is None
-    assert startup_learn.refusal("sglang==0.5.10", "sglang-fa3-page-table", key, 64) is None  # never asked: kept
+    assert startup_section.refusal(ENGINE, "sglang-fa3-page-table", "NGRAM-16-1-1", 64) is None
+    assert startup_section.refusal("sglang==0.5.10", "sglang-fa3-page-table", key, 64) is None  # never asked: kept
 
 
 def test_the_atlas_runs_no_setting_the_release_refuses() -> None:
@@ -64,9 +65,9 @@ def test_the_atlas_runs_no_setting_the_release_refuses() -> None:
 
     frame = run_atlas([ENGINE])
     records = frame.to_dict("records")
-    refused = [row for row in records if startup_learn.started([row])[1]]
+    refused = [row for row in records if startup_section.started([row])[1]]
     assert refused and all(row["status"] == "refused" and pd.isna(row["first_failing_seq_len"]) for row in refused)
-    assert all(row["startup_refusal"] == startup_learn.row_refusal(row) for row in refused)
+    assert all(row["startup_refusal"] == startup_section.row_refusal(row) for row in refused)
     assert len(frame[frame.status == "refused"]) == len(refused)  # and every row it starts ran
     fa3 = frame[(frame.backend.str.contains("fa3")) & (frame.page_size == 64) & (frame.draft_tokens == 16)]
     ran = fa3[fa3.status != "refused"]

@@ -12,8 +12,8 @@ from reference import ceil_div, dsa_width_tokens, npu_width_pages, request_table
 from workbench.analysis.boundary import find_boundary
 from workbench.analysis.cases import TableCase, parse_case
 from workbench.analysis.probe import probe_table
-from workbench.backends.sglang_ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
-from workbench.backends.sglang_dsa_page_table import DsaPageTable, Replay
+from workbench.backends.sglang.ascend_block_tables import NpuBlockTables, lockstep_full_to_swa
+from workbench.backends.sglang.dsa_page_table import DsaPageTable, Replay
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.outcome import Outcome
 from workbench.model.request_table import RequestTable

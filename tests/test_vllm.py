@@ -25,9 +25,9 @@ from workbench.analysis.cases import parse_case
 from workbench.analysis.probe import probe
 from workbench.analysis.records import boundary_record, probe_record
 from workbench.backends import case_backend_of, case_seeds, is_case_backend, is_table_backend
-from workbench.backends.vllm_indexer_block_table import IndexerCase, fill_uniform, make_block_table
-from workbench.backends.vllm_v0_graph_block_tables import V0GraphCase, write_rows
-from workbench.engines import wheels
+from workbench.backends.vllm.indexer_block_table import IndexerCase, fill_uniform, make_block_table
+from workbench.backends.vllm.v0_graph_block_tables import V0GraphCase, write_rows
+from workbench.engines.store import wheels
 
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import learn_vllm_async, learned, wheels
+from workbench.backends.vllm import v1_block_table as v1
+from workbench.engines.store import learned, wheels
+from workbench.engines.vllm import learn_async as learn_vllm_async
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
 WITH_ASYNC = [p for p in SHIPPED if "async" in json.loads(p.read_text())["sections"]]
@@ -64,13 +65,13 @@ def test_the_async_model_is_the_cap_at_each_count_the_engine_formed_a_step_at() 
 
 @pytest.mark.engine
 def test_the_releases_own_async_scheduler_forms_the_hand_worked_steps() -> None:
-    from workbench.engines import conformance_vllm
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(ENGINE) or wheels.fetch(ENGINE)
-    session, _ = conformance_vllm.open_session(install)
+    session, _ = vllm_session.open_session(install)
     states = [{"max_model_len": 1000, "block_size": 16, "k": 3, "computed": 990, "accepted": a} for a in HAND_WORKED]
     with session:
-        answers = conformance_vllm.ask_all(session, "async_steps", "states", states)
+        answers = vllm_session.ask_all(session, "async_steps", "states", states)
         facts = {"async_cap": {"value": "below-limit"}}
         row = learn_vllm_async.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
     assert answers == [{"steps": HAND_WORKED[a], "finished": True} for a in HAND_WORKED]

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from workbench.backends import vllm_indexer_block_table as ib
-from workbench.backends import vllm_v0_graph_block_tables as v0
-from workbench.engines import learned, releases, vllm_releases
+from workbench.backends.vllm import indexer_block_table as ib
+from workbench.backends.vllm import v0_graph_block_tables as v0
+from workbench.engines.store import learned, releases, vllm_releases
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
 DATA = Path(__file__).resolve().parent / "data"
@@ -96,7 +96,7 @@ def test_the_second_runners_table_is_found_past_a_signature_over_several_lines(t
     indentation), and the same method without the table: only the first is ``kv-cache-init``."""
     from types import SimpleNamespace
 
-    from workbench.engines import learn_vllm
+    from workbench.engines.vllm import learn as learn_vllm
 
     runner = tmp_path / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py"
     runner.parent.mkdir(parents=True)
@@ -169,8 +169,9 @@ CONFIG = next((DATA / "hf_cache" / "hub" / "models--deepseek-ai--DeepSeek-V3.2" 
 
 
 def _resolve(engine: str, argv: list[str]) -> Any:
-    from workbench.engines import gpus, launch_service, wheels
-    from workbench.engines.launch_adapters import LaunchRequest
+    from workbench.engines.commands import launch_service
+    from workbench.engines.commands.adapters import LaunchRequest
+    from workbench.engines.store import gpus, wheels
 
     try:
         install = wheels.fetch(engine)
@@ -186,8 +187,8 @@ def test_a_reasoning_parser_with_no_tokenizer_here_leaves_its_token_ids_and_the_
     """The test data holds config.json alone. vLLM 0.34.0 ends its config by encoding the reasoning
     parser's think strings with the tokenizer; those ids size no buffer, so the resolution goes on
     and its notes name the release's line that loads the tokenizer (found here in its source)."""
-    from workbench.engines import wheels
-    from workbench.engines.launch_adapters import RESOLVED
+    from workbench.engines.commands.adapters import RESOLVED
+    from workbench.engines.store import wheels
 
     argv = ["deepseek-ai/DeepSeek-V3.2", "--tensor-parallel-size", "8", "--reasoning-parser", "deepseek_v3"]
     with_parser = _resolve("vllm==0.34.0", argv)
@@ -240,8 +241,8 @@ ASCEND = sorted(learned.SHIPPED.joinpath("vllm-ascend").glob("*.json"))
 def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Path) -> None:
     """The drafter fact is read (the drafter runs on an NPU only), with the file it was read in;
     a ``reset`` names the line, and that line of the cached release is the reset itself."""
-    from workbench.backends import vllm_ascend_block_table as ascend
-    from workbench.engines import wheels
+    from workbench.backends.vllm import ascend_block_table as ascend
+    from workbench.engines.store import wheels
 
     data = _file(path)
     assert learned.validate(data) == []
@@ -283,7 +284,8 @@ def test_learning_a_shipped_release_again_gives_the_same_file(tmp_path: Path) ->
     (where the release is cached; ``make vllm-releases`` runs it)."""
     import os
 
-    from workbench.engines import learn_vllm, wheels
+    from workbench.engines.store import wheels
+    from workbench.engines.vllm import learn as learn_vllm
 
     if not os.environ.get("WORKBENCH_ENGINE_VERSIONS"):
         pytest.skip("slow (a release learned again): WORKBENCH_ENGINE_VERSIONS=1, or make vllm-releases")

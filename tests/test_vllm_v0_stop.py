@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from workbench.backends import vllm_v0_graph_block_tables as v0
-from workbench.engines import learn_vllm_v0_stop, learned, wheels
+from workbench.backends.vllm import v0_graph_block_tables as v0
+from workbench.engines.store import learned, wheels
+from workbench.engines.vllm import learn_v0_stop as learn_vllm_v0_stop
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
 WITH_STOP = [p for p in SHIPPED if "v0-stop" in json.loads(p.read_text())["sections"]]
@@ -58,16 +59,16 @@ def test_the_last_step_of_each_form_is_the_hand_worked_one() -> None:
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", list(HAND_WORKED))
 def test_the_releases_own_scheduler_and_stop_checker_give_the_hand_worked_steps(engine: str) -> None:
-    from workbench.engines import conformance_vllm
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None:
         pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
-    session, _ = conformance_vllm.open_session(install)
+    session, _ = vllm_session.open_session(install)
     worked = HAND_WORKED[engine]
     states = [{"max_model_len": 100, "block_size": 16, "computed": c, "async_output": a} for c, a in worked]
     with session:
-        answers = conformance_vllm.ask_all(session, learn_vllm_v0_stop.TASK, "states", states)
+        answers = vllm_session.ask_all(session, learn_vllm_v0_stop.TASK, "states", states)
     assert answers == [{"scheduled": True} if scheduled else {"stopped": True} for scheduled in worked.values()]
 
 

@@ -1,5 +1,5 @@
 """vLLM v1's block table against the blocks the KV cache manager gives a request verifying drafts
-(``backends/vllm_v1_block_table.py``), and the learned ``kv`` sections it reads.
+(``backends/vllm/v1_block_table.py``), and the learned ``kv`` sections it reads.
 
 Expected values: block counts worked by hand below from the arithmetic of ``allocate_slots`` as
 each release writes it (0.8.2 ``kv_cache_manager.py:141-254``: ``cdiv(computed + new, block_size)``
@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from workbench.analysis.probe import probe
-from workbench.backends import vllm_v1_block_table as v1
-from workbench.engines import learn_vllm_kv, learned, wheels
-from workbench.engines.releases import version_key
+from workbench.backends.vllm import v1_block_table as v1
+from workbench.engines.store import learned, wheels
+from workbench.engines.store.releases import version_key
+from workbench.engines.vllm import learn_kv as learn_vllm_kv
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
@@ -128,22 +129,23 @@ def test_each_kv_section_is_sound_and_its_conformance_agrees(path: Path) -> None
 @pytest.mark.engine
 @pytest.mark.parametrize("engine", [NEW, OLD])
 def test_the_allocation_model_agrees_with_the_releases_own_allocate_slots(engine: str) -> None:
-    from workbench.engines import conformance_vllm, learn_vllm_kv
+    from workbench.engines.vllm import learn_kv as learn_vllm_kv
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None and engine == NEW:  # the notebooks' and the preflight's release: fetched anyway
         install = wheels.fetch(engine)
     if install is None:
         pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
-    session, located = conformance_vllm.open_session(install)
+    session, located = vllm_session.open_session(install)
     with session:
         # hand-worked states: (length, block, computed, new, lookahead) -> the blocks or the assertion
         states = [{"max_model_len": 4096, "block_size": 16, "computed": c, "new_tokens": n, "lookahead": la}
                   for c, n, la in ((0, 1, 0), (4093, 4, 3), (4092, 4, 3), (4000, 4, 3))]
-        answers = conformance_vllm.ask_all(session, "kv_slots", "states", states)
+        answers = vllm_session.ask_all(session, "kv_slots", "states", states)
         facts = learned.section(engine, "kv")["backends"][v1.NAME]  # type: ignore[index]
         row = learn_vllm_kv.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
-        steps = conformance_vllm.ask_all(session, "decode_step", "states", [
+        steps = vllm_session.ask_all(session, "decode_step", "states", [
             {"max_model_len": 1000, "block_size": 16, "k": 3, "computed": c} for c in STEP_LENGTHS])
         step_row = learn_vllm_kv.step_row(session, facts, 200, seed=7)
     if engine == OLD:
@@ -289,7 +291,7 @@ SCHEDULERS = {
 def test_the_scheduler_cap_is_found_as_written(form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from workbench.engines import vllm_buffers
+    from workbench.engines.vllm import buffers as vllm_buffers
 
     body, statement, lines = SCHEDULERS[form]
     source = tmp_path / "vllm" / "v1" / "core" / "sched" / "scheduler.py"

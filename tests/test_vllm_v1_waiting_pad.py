@@ -1,5 +1,5 @@
 """vLLM v1's padding of a waiting request to the uniform spec-decode size near ``max_model_len``
-(``backends/vllm_v1_waiting_pad.py``), and the learned ``pad`` sections it reads.
+(``backends/vllm/v1_waiting_pad.py``), and the learned ``pad`` sections it reads.
 
 Expected values: counts worked by hand below from the scheduler's waiting loop as each release
 writes it (0.25.0 ``scheduler.py:812-826``: ``1 + k`` when ``computed + 1 + k <= max_model_len``,
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from workbench.analysis.probe import probe
-from workbench.backends import vllm_v1_waiting_pad as pad
-from workbench.engines import learned, wheels
+from workbench.backends.vllm import v1_waiting_pad as pad
+from workbench.engines.store import learned, wheels
 from workbench.model.outcome import Outcome
 
 SHIPPED = sorted(learned.SHIPPED.joinpath("vllm").glob("*.json"))
@@ -103,15 +103,16 @@ def test_each_pad_section_is_sound_and_its_conformance_agrees(path: Path) -> Non
 def test_the_model_agrees_with_the_releases_own_scheduler(engine: str) -> None:
     """The release's own ``AsyncScheduler``: at the worked example 0.25.0 schedules -1 tokens for the
     prompt sent again (PR 53962's crash), 0.34.0 schedules it unpadded."""
-    from workbench.engines import conformance_vllm, learn_vllm_pad
+    from workbench.engines.vllm import learn_pad as learn_vllm_pad
+    from workbench.engines.vllm import session as vllm_session
 
     install = wheels.cached(engine)
     if install is None:
         pytest.skip(f"{engine} is not in the workbench's engine cache (workbench engines learn {engine})")
-    session, _ = conformance_vllm.open_session(install)
+    session, _ = vllm_session.open_session(install)
     with session:
         states = [{"max_model_len": 1012, "block_size": 16, "k": 3, "prompt_len": length} for length in (1009, 1008)]
-        answers = conformance_vllm.ask_all(session, "waiting_pad", "states", states)
+        answers = vllm_session.ask_all(session, "waiting_pad", "states", states)
         facts = learned.section(engine, "pad")["backends"][pad.NAME]  # type: ignore[index]
         row = learn_vllm_pad.conformance_row(session, facts, 200, seed=7)  # states the learner did not see
     at_limit, short = answers

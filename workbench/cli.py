@@ -213,15 +213,15 @@ def _engines(args: argparse.Namespace, out: IO[str]) -> int:
             return 2
         return _fetch(args.engine, out, triton=args.triton)
     if args.engines_command == "learn":
-        from workbench.engines.learn import main as learn
+        from workbench.engines.learning.learn import main as learn
 
         return learn(args.engine, args.all_of, args.out, out)
-    from workbench.engines import learned, releases
+    from workbench.engines.store import learned, releases
 
     if args.refresh:
         releases.refresh()
     if args.table:
-        from workbench.engines.learned_table import page
+        from workbench.engines.learning.learned_table import page
 
         out.write(page(args.name or "sglang") + "\n")
         return 0
@@ -513,7 +513,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         if args.command == "repro":  # writes scripts (and runs them in subprocesses); no device here
             return _repro(args, out)
         if args.command == "conformance":  # runs engine code in worker processes; no device here
-            from workbench.engines.conformance import main as conformance
+            from workbench.engines.checking.conformance import main as conformance
 
             if args.states < 1:
                 raise BadInput(f"--states: {args.states} is out of range (allowed: 1 or more)")
@@ -555,7 +555,7 @@ def _is_report_error(err: Exception) -> bool:
 def _fetch(asked: list[str], out: IO[str], *, triton: bool = False) -> int:
     """Each release's wheel into the cache, one line per release (and triton's, when asked);
     1 when any could not be had."""
-    from workbench.engines import releases, wheels
+    from workbench.engines.store import releases, wheels
 
     engines = [e for name in asked for e in (releases.releases(name) if "==" not in name else [name])]
     failed = 0
@@ -581,7 +581,8 @@ def _fetch(asked: list[str], out: IO[str], *, triton: bool = False) -> int:
 
 
 def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
-    from workbench.engines import launch_learn, launch_service, learned, releases
+    from workbench.engines.commands import launch_learn, launch_service
+    from workbench.engines.store import learned, releases
 
     if action == "stop":
         from workbench.resident import client
@@ -606,7 +607,7 @@ def _engine_processes(action: str, engine: str | None, out: IO[str]) -> int:
         return 0
     for number, engine in enumerate(engines, 1):
         if action == "learn-startup":
-            from workbench.engines import startup_learn
+            from workbench.engines.commands import startup_learn
 
             print(f"workbench: [{number}/{len(engines)}] asking {engine}'s start-up checks about the atlas's settings",
                   file=sys.stderr)

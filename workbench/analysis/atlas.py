@@ -43,8 +43,8 @@ from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reache
 from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
-from workbench.engines.startup_learn import recipe_key, refusal, row_refusal
-from workbench.engines.versions import EngineVersion, load_versions
+from workbench.engines.store.startup_section import recipe_key, refusal, row_refusal
+from workbench.engines.store.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.outcome import ProbeResult

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
-from workbench.engines.versions import EngineVersion, load_versions
+from workbench.engines.store.versions import EngineVersion, load_versions
 
 POOLED = "*pooled*"  # the key of every pooled backend's fields together
 

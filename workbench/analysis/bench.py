@@ -101,11 +101,12 @@ def alloc_decode_us(gather: Gather, batch: int = 256, page_size: int = 64, repea
     seq_t = torch.tensor(seq_lens)
     last_t = torch.tensor(last_loc)
     total = 0.0
+    step = backends.gather_of(gather.value)
     for _ in range(repeats):
         alloc = PagedAllocator(page_size, batch + 2 * pages_needed)
         alloc.free_pages = alloc.free_pages[batch:]  # rows hold pages 1..batch
         start = time.perf_counter()
-        alloc.alloc_decode(seq_t, last_t, gather)
+        alloc.alloc_decode(seq_t, last_t, step)
         total += time.perf_counter() - start
     return total / repeats * 1e6
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from workbench import backends
 from workbench.backends.case_backend import BackendCase
-from workbench.engines.versions import apply_engine
+from workbench.engines.store.versions import apply_engine
 from workbench.model.allocator import Gather
 from workbench.model.cases import AllocatorCase, Case, Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry

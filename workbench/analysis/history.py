@@ -11,7 +11,7 @@ executed), its outcome, and whether a run of that release reaches it (its schedu
 ``analysis/reach.py``, or ``ctx - 1 + overshoot`` as a what-if; ``status``: ``reachable``,
 ``unreachable``, ``safe``), or why there is nothing to say: the release's own start-up checks refuse
 the deployment (``refused``, with the engine's message: its learned ``startup`` section,
-``engines/startup_learn.py``; no run of it starts), the release has no such buffer (``absent``), its
+``engines/commands/startup_learn.py``; no run of it starts), the release has no such buffer (``absent``), its
 code gave widths no rule of the model agrees with (``not modelled``), or it was not learned.
 
 Nothing here is typed in per release: a fix shows up where a release's learned rule changes.
@@ -32,9 +32,9 @@ from workbench.analysis.reach import default_reach
 from workbench.analysis.records import probe_record
 from workbench.analysis.seeds import EXACT_FIT, GLM_DSA, QWQ_NPU
 from workbench.analysis.verdict_numbers import reached
-from workbench.engines.releases import releases
-from workbench.engines.startup_learn import recipe_key, refusal
-from workbench.engines.versions import EngineVersion, load_versions
+from workbench.engines.store.releases import releases
+from workbench.engines.store.startup_section import recipe_key, refusal
+from workbench.engines.store.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 

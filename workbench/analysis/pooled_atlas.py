@@ -22,7 +22,7 @@ from workbench.analysis.reach import default_reach
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.backends.pooled import PooledBackend, PooledBuffer
-from workbench.engines.versions import EngineVersion
+from workbench.engines.store.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
 
 PAGE_SIZES = (1,)  # the flat buffers hold token slots; their backends' default page size on CUDA

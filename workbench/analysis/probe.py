@@ -194,7 +194,7 @@ def probe_allocator(case: AllocatorCase, device: torch.device | str = "cpu") -> 
         alloc.owned_pages[alloc.release_pages] = False
     dev = str(alloc.device)
     try:
-        out = alloc.alloc_decode(list(case.seq_lens), list(case.last_loc), case.gather)
+        out = alloc.alloc_decode(list(case.seq_lens), list(case.last_loc), backends.gather_of(case.gather.value))
     except IndexError as err:
         return ProbeResult(Outcome.INDEX_ERROR, str(err), device=dev)
     after = alloc.free_pages.tolist()

@@ -3,7 +3,7 @@
 A boundary says at which committed length ``s`` a step first fails; whether a deployment can crash
 depends on whether a run gets there. For SGLang the answer comes from its scheduler, release by
 release (the facts in ``data/engines/sglang/<version>.json``, section ``reach``, learned by running
-the release's own functions: ``workbench/engines/scheduler_calls.py``):
+the release's own functions: ``workbench/engines/sglang/scheduler_calls.py``):
 
 * ``max_req_len = min(ctx - 1, pool - 1)``; a request's ``max_new_tokens`` is clipped to
   ``max_req_len - input_len - 1`` and, from 0.5.14, to what an empty pool holds
@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from workbench.engines import learned
-from workbench.engines.launch import LaunchVersion, load_launch_data
+from workbench.engines.store import learned
+from workbench.engines.store.launch_defaults import LaunchVersion, load_launch_data
 from workbench.model.geometry import Mode, ServingGeometry, cdiv
 
 MAX_OVERSHOOT = 1024  # far past anything a step carries (D is at most 1024)
@@ -139,7 +139,7 @@ def _cap_offset(expression: object, engine: str) -> int:
 def scheduler_facts(engine: str) -> tuple[SchedulerFacts | None, str | None]:
     """The learned facts for ``engine`` (a pseudo-version takes its release's), and the release they
     were learned from where that is another one (the nearest learned release)."""
-    from workbench.engines import releases
+    from workbench.engines.store import releases
 
     release = engine.split("+", 1)[0]
     candidates = learned.learned_releases(release.split("==", 1)[0])
@@ -265,7 +265,7 @@ def longest_reservation(facts: SchedulerFacts, *, input_len: int, max_new_tokens
 
 def reservation_reach(rule: ReachRule, g: ServingGeometry, conditions: Conditions | None = None) -> Reach:
     """The largest committed length a speculative decode step's reservation starts from: the request
-    table's own buffer (``backends/sglang_req_to_token.py``). Without the scheduler's facts (a what-if
+    table's own buffer (``backends/sglang/req_to_token.py``). Without the scheduler's facts (a what-if
     ``overshoot``, a constant rule) it is the verify's reach."""
     cond = conditions or Conditions()
     if rule.overshoot is not None or rule.scheduler is None:

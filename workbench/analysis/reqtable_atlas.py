@@ -1,5 +1,5 @@
 """The atlas's rows for the request table written by a speculative decode step's reservation
-(``backends/sglang_req_to_token.py``).
+(``backends/sglang/req_to_token.py``).
 
 One row per version whose data names the reservation, model preset and speculative recipe that takes
 the path (``algorithms``, ``topk_max`` in the version's entry), at page size 1 (where the writer runs
@@ -25,8 +25,8 @@ from workbench.analysis.memory import ModelPreset
 from workbench.analysis.reach import Conditions, Reach, reservation_reach, rule_for, speculative_worker
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
-from workbench.backends import sglang_req_to_token as rt
-from workbench.engines.versions import EngineVersion
+from workbench.backends.sglang import req_to_token as rt
+from workbench.engines.store.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
 
 PAGE_SIZES = (1,)

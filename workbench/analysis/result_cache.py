@@ -28,8 +28,8 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.engines.cache_root import cache_root
-from workbench.engines.learned import cache_dir as learned_cache_dir
+from workbench.engines.store.cache_root import cache_root
+from workbench.engines.store.learned import cache_dir as learned_cache_dir
 
 PACKAGE = Path(__file__).resolve().parents[1]  # workbench/: the code's own version is its source
 DATA = PACKAGE.parent / "data"

@@ -41,7 +41,7 @@ from workbench.backends.base import TableBackend
 from workbench.devices import isolation
 from workbench.devices.device import one_torch_thread
 from workbench.devices.measured_memory import Measured, allocate_full_size, measure_bytes
-from workbench.engines.versions import engine_version
+from workbench.engines.store.versions import engine_version
 from workbench.files import atomic_write_parquet
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay

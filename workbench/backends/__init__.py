@@ -5,7 +5,14 @@ Everything outside this package asks the registry (``backend_of``, ``table_backe
 is one module plus one line in ``_MODULES`` (``_GATHER_MODULES`` for an allocator's ``alloc_decode``
 gathers, ``_CASE_MODULES`` for a backend that brings its own case: ``case_backend.py``,
 ``_POOLED_MODULES`` for flat buffers pooled across a batch: ``pooled.py``, ``_RESERVATION_MODULES``
-for the request table written by a step's reservation: ``sglang_req_to_token.py``).
+for the request table written by a step's reservation: ``sglang/req_to_token.py``).
+
+Holds the registry (this ``__init__``), the pieces every backend shares (``base``, ``case_backend``,
+``gather``, ``page_writes``, ``pooled``) and one folder per engine (``sglang``, ``vllm``). The
+registry imports every backend module; a backend imports only the shared pieces and ``model``
+(vLLM's also ``engines.store.vllm_releases``, its learned data), never the registry. Imported by
+analysis, preflight, sim, present, repro, devices, the CLI and the engines' conformance and
+learners; ``model`` does not import it (an allocator's gather is handed to it).
 """
 
 from __future__ import annotations
@@ -13,33 +20,71 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from workbench.backends import (
-    sglang_aiter_kv_indices,
-    sglang_aiter_page_table,
-    sglang_ascend_block_tables,
-    sglang_cuda_allocator,
-    sglang_dsa_page_table,
-    sglang_fa3_page_table,
-    sglang_flashinfer_kv_indices,
-    sglang_flashinfer_mla_kv_indices,
-    sglang_flashmla_page_table,
-    sglang_npu_allocator,
-    sglang_req_to_token,
-    sglang_triton_kv_indices,
-    sglang_trtllm_mha_page_table,
-    sglang_trtllm_mla_page_table,
-    sglang_xpu_page_table,
-    vllm_ascend_block_table,
-    vllm_indexer_block_table,
-    vllm_v0_graph_block_tables,
-    vllm_v1_block_table,
-    vllm_v1_waiting_pad,
-)
 from workbench.backends.base import Seed, SizingRule, TableBackend
 from workbench.backends.case_backend import BackendCase, CaseBackend, CaseSeed
 from workbench.backends.gather import DecodeGather
 from workbench.backends.pooled import PooledBackend, PooledBuffer
-from workbench.backends.sglang_req_to_token import ReservationBackend
+from workbench.backends.sglang import (
+    aiter_kv_indices as sglang_aiter_kv_indices,
+)
+from workbench.backends.sglang import (
+    aiter_page_table as sglang_aiter_page_table,
+)
+from workbench.backends.sglang import (
+    ascend_block_tables as sglang_ascend_block_tables,
+)
+from workbench.backends.sglang import (
+    cuda_allocator as sglang_cuda_allocator,
+)
+from workbench.backends.sglang import (
+    dsa_page_table as sglang_dsa_page_table,
+)
+from workbench.backends.sglang import (
+    fa3_page_table as sglang_fa3_page_table,
+)
+from workbench.backends.sglang import (
+    flashinfer_kv_indices as sglang_flashinfer_kv_indices,
+)
+from workbench.backends.sglang import (
+    flashinfer_mla_kv_indices as sglang_flashinfer_mla_kv_indices,
+)
+from workbench.backends.sglang import (
+    flashmla_page_table as sglang_flashmla_page_table,
+)
+from workbench.backends.sglang import (
+    npu_allocator as sglang_npu_allocator,
+)
+from workbench.backends.sglang import (
+    req_to_token as sglang_req_to_token,
+)
+from workbench.backends.sglang import (
+    triton_kv_indices as sglang_triton_kv_indices,
+)
+from workbench.backends.sglang import (
+    trtllm_mha_page_table as sglang_trtllm_mha_page_table,
+)
+from workbench.backends.sglang import (
+    trtllm_mla_page_table as sglang_trtllm_mla_page_table,
+)
+from workbench.backends.sglang import (
+    xpu_page_table as sglang_xpu_page_table,
+)
+from workbench.backends.sglang.req_to_token import ReservationBackend
+from workbench.backends.vllm import (
+    ascend_block_table as vllm_ascend_block_table,
+)
+from workbench.backends.vllm import (
+    indexer_block_table as vllm_indexer_block_table,
+)
+from workbench.backends.vllm import (
+    v0_graph_block_tables as vllm_v0_graph_block_tables,
+)
+from workbench.backends.vllm import (
+    v1_block_table as vllm_v1_block_table,
+)
+from workbench.backends.vllm import (
+    v1_waiting_pad as vllm_v1_waiting_pad,
+)
 
 _MODULES = (
     sglang_ascend_block_tables, sglang_dsa_page_table, sglang_fa3_page_table, sglang_xpu_page_table,
@@ -80,7 +125,7 @@ _RESERVATION_BY_NAME: dict[str, ReservationBackend] = {b.name: b for b in RESERV
 
 
 def is_reservation_backend(name: str) -> bool:
-    """Whether ``name`` is a request table written by a step's reservation (``sglang_req_to_token.py``)."""
+    """Whether ``name`` is a request table written by a step's reservation (``backends/sglang/req_to_token.py``)."""
     return name in _RESERVATION_BY_NAME
 
 

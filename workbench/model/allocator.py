@@ -15,6 +15,7 @@ mask) so that ``check_integrity`` can prove that no page leaks and no slot is ha
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -25,13 +26,24 @@ RESERVED_PAGE = 0  # padded tokens write here; never on the free list
 
 
 class Gather(Choice):
-    """How ``alloc_decode`` reads new pages off the free list; each value's behaviour is declared
-    by the backend module that ships it (``workbench.backends.gather_of``)."""
+    """How ``alloc_decode`` reads new pages off the free list, by name; each value's behaviour is
+    declared by the backend module that ships it, a ``DecodeStep`` (``workbench.backends.gather_of``)."""
 
     NPU_LEGACY = "npu-legacy"  # gathers for every row: out of bounds on an exactly full pool
     NPU_CLAMPED = "npu-clamped"  # the fix: clamp the index of rows that open no page
     CUDA_MASKED = "cuda-masked"  # Triton kernel: only page-opening rows read; capacity checked after
     CUDA_CHECKED = "cuda-checked"  # the same kernel, capacity checked before it (SGLang 0.5.23)
+
+class DecodeStep(Protocol):
+    """The one thing ``alloc_decode`` asks of a gather: turn the batch's page openings into slots.
+
+    The gathers themselves sit in the backend modules that ship them (``backends.gather``:
+    ``DecodeGather``); the caller resolves a ``Gather`` name to one (``backends.gather_of``) and
+    hands it in, so the model knows no backend (the backends sit above it)."""
+
+    def decode(self, alloc: PagedAllocator, need: torch.Tensor, start: torch.Tensor, last: torch.Tensor,
+               num_new_pages: int, batch: int) -> torch.Tensor | None: ...
+
 
 class IntegrityError(AssertionError):
     """The allocator's bookkeeping is inconsistent; the message carries the counts."""
@@ -201,7 +213,7 @@ class PagedAllocator:
         self,
         seq_lens: Sequence[int] | torch.Tensor,
         last_loc: Sequence[int] | torch.Tensor,
-        gather: Gather | str = Gather.NPU_CLAMPED,
+        gather: DecodeStep,
     ) -> torch.Tensor | None:
         """One new slot per request: ``seq_lens`` is the length *after* the new token.
 
@@ -210,9 +222,8 @@ class PagedAllocator:
         seq_lens [5, 10, 7], last_loc [11, 20, 29], free_pages [11]: need [1, 0, 0],
         start [0, 1, 1]. The legacy NPU gather reads ``free_pages[[0, 1, 1]]`` and raises IndexError;
         the clamped one clamps start to [0, 0, 0] and returns [44, 21, 30]. Each gather's code is in
-        its backend's module (``workbench.backends.gather_of``).
+        its backend's module: the caller passes the gather (``workbench.backends.gather_of(name)``).
         """
-        gather = Gather.parse(gather)
         seq = _as_long(seq_lens, self.device)
         last = _as_long(last_loc, self.device)
         ps = self.page_size
@@ -220,9 +231,7 @@ class PagedAllocator:
         need = (seq % ps == 1 % ps).long()  # (bs,) 0/1
         start = torch.cumsum(need, 0) - need  # exclusive prefix sum, every row
         num_new_pages = int((seq.cpu() % ps == 1 % ps).sum())  # on the CPU mirror, as the engine
-        from workbench.backends import gather_of  # the backends sit above the model; resolved per call
-
-        out = gather_of(gather.value).decode(self, need, start, last, num_new_pages, len(seq))
+        out = gather.decode(self, need, start, last, num_new_pages, len(seq))
         if out is None:
             return None
         self._take_pages(num_new_pages)

@@ -1,10 +1,10 @@
 """Preflight: paste a launch command, learn whether that deployment can crash at its context limit.
 
 ``check(command)`` reads the shell around the command (``command``), picks the release
-(``engines.release_choice``: ``--engine``, else the one installed here, else the newest) and the
+(``engines.commands.release_choice``: ``--engine``, else the one installed here, else the newest) and the
 GPU (``--gpu``), and asks the release's own code to read it: its parser and its default
-resolution, run in an engine process of that release (``engines.launch_service``, the adapters
-of ``engines.launch_adapters``) with the model's config from this machine. The engine's answer
+resolution, run in an engine process of that release (``engines.commands.launch_service``, the adapters
+of ``engines.commands.adapters``) with the model's config from this machine. The engine's answer
 becomes a deployment (``resolve_<engine>.deployment``); every graph buffer and allocator path it
 sets up is run through the library (``rows``), and the verdict says whether a run reaches a failure.
 
@@ -16,6 +16,10 @@ Exit statuses (``CheckResult.status``): 0 safe, 1 a failure a run reaches, 2 bad
 the engine itself refuses, with the engine's message; or a wrong option of the check), 3 not
 decidable (a model whose config is not on this machine, a release whose code cannot run on a CPU,
 graphs disabled, or a buffer no backend models).
+
+Imported by the CLI and present (the notebooks' preflight box); imports ``engines.commands`` (the
+adapters' JSON, the launch service, the release choice), ``engines.store``, the backends,
+analysis and ``model``.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from typing import IO
 
 from workbench import backends
 from workbench.backends.base import TableBackend
-from workbench.engines import gpus, release_choice, wheels
-from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
-from workbench.engines.launch_service import STDERR, Stderr, progress_stream
+from workbench.engines.commands import release_choice
+from workbench.engines.commands.adapters import ADAPTERS, REJECTED, RESOLVED, LaunchRequest, Resolution, platform_plugin
+from workbench.engines.commands.launch_service import STDERR, Stderr, progress_stream
+from workbench.engines.store import gpus, wheels
+from workbench.engines.store.gpus import Gpu
 from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import (
@@ -141,7 +147,7 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
 def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
                       owner: bool = True, progress: IO[str] | None | Stderr = STDERR) -> Resolution:
     """The release's own reading of the command, from its engine process."""
-    from workbench.engines import launch_service
+    from workbench.engines.commands import launch_service
 
     progress = progress_stream(progress)
     try:

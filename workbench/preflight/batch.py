@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.engines import gpus, release_choice, releases
-from workbench.engines.launch_adapters import platform_plugin
+from workbench.engines.commands import release_choice
+from workbench.engines.commands.adapters import platform_plugin
+from workbench.engines.store import gpus, releases
 from workbench.preflight import BAD_INPUT, CheckResult, PreflightError, check, launches_verdict, pick_gpu
 from workbench.preflight.command import LaunchCommand, parse_commands
 

@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from workbench.engines.launch_adapters import PROGRAMS, Program
+from workbench.engines.commands.adapters import PROGRAMS, Program
 
 
 class PreflightError(ValueError):

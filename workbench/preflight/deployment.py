@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 
 from workbench.analysis.reach import Conditions, ReachRule
 from workbench.analysis.verdict_numbers import kv_budget_bytes
-from workbench.engines.launch import LaunchVersion
-from workbench.engines.launch_adapters import GIVEN, READ, WORKBENCH, FlagUse, Gpu, ModelFacts, Resolution
-from workbench.engines.launch_adapters import Setting as EngineSetting
-from workbench.engines.release_choice import Choice
+from workbench.engines.commands.adapters import GIVEN, READ, WORKBENCH, FlagUse, ModelFacts, Resolution
+from workbench.engines.commands.adapters import Setting as EngineSetting
+from workbench.engines.commands.release_choice import Choice
+from workbench.engines.store.gpus import Gpu
+from workbench.engines.store.launch_defaults import LaunchVersion
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.preflight.command import LaunchCommand
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.analysis.reach import Conditions, reach_rule
-from workbench.engines.launch_adapters import ENGINE, READ, WORKBENCH, ModelFacts, Resolution
+from workbench.engines.commands.adapters import ENGINE, READ, WORKBENCH, ModelFacts, Resolution
 from workbench.model.geometry import Mode
 from workbench.preflight import pool as kv_pool
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting

@@ -8,7 +8,7 @@ KV slots its scheduler reserves past a request (``num_lookahead_tokens``), the d
 context-parallel size, the batch limits, whether graphs are on, and, for the V0 engine, its
 capture length and the attention backend its model runner selects. The reach near the length
 limit is the release's own, measured: where the step stops (``check_stop``) and how its scheduler
-caps a running request's drafts (section ``kv``, ``learn_vllm_kv``; its ``AsyncScheduler`` where the
+caps a running request's drafts (section ``kv``, ``vllm.learn_kv``; its ``AsyncScheduler`` where the
 launch schedules asynchronously, section ``async``); a V0 launch's, where its scheduler and stop
 checker end a request (section ``v0-stop``). A platform plugin's launch takes the constant read
 from the source (``data/launch_defaults.json``).
@@ -29,10 +29,10 @@ asynchronous scheduling and prefix caching also gets the scheduler's padding of 
 from __future__ import annotations
 
 from workbench.analysis.reach import ReachRule, reach_rule
-from workbench.backends import vllm_v0_graph_block_tables as v0_graphs
-from workbench.backends import vllm_v1_block_table as v1_table
-from workbench.engines import vllm_releases
-from workbench.engines.launch_adapters import ENGINE, Resolution
+from workbench.backends.vllm import v0_graph_block_tables as v0_graphs
+from workbench.backends.vllm import v1_block_table as v1_table
+from workbench.engines.commands.adapters import ENGINE, Resolution
+from workbench.engines.store import vllm_releases
 from workbench.model.geometry import Mode
 from workbench.preflight.deployment import Deployment, ResolveContext, Settings, check_geometry, gpu_setting
 

@@ -11,7 +11,7 @@ A pooled row is one flat ``kv_indices`` buffer shared by a batch (``backends/poo
 first failing length is that of its worst batch, every request at one length (a graph's
 ``max_bs``, one request for a buffer sized per call, which a run meets with or without graphs).
 
-A reservation row is the request table itself (``backends/sglang_req_to_token.py``): a speculative
+A reservation row is the request table itself (``backends/sglang/req_to_token.py``): a speculative
 decode step's reservation written into ``req_to_token``, failing for one request whose committed
 length, when its batch is formed (``analysis.reach.reservation_reach``), leaves too little of its row.
 
@@ -31,8 +31,8 @@ from workbench.analysis.exact_fit import AllocatorConfig, allocator_boundaries
 from workbench.analysis.memory import min_safe_width
 from workbench.analysis.reach import Reach, reach, reservation_reach
 from workbench.analysis.verdict_numbers import kv_share
-from workbench.backends import sglang_req_to_token as rt
 from workbench.backends.base import INT32_BYTES, TableBackend
+from workbench.backends.sglang import req_to_token as rt
 from workbench.model.allocator import Gather
 from workbench.model.cases import Replay, TableCase
 from workbench.model.geometry import Mode

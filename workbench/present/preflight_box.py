@@ -30,7 +30,7 @@ import traceback
 from concurrent import futures
 from typing import Any
 
-from workbench.engines.release_choice import offered
+from workbench.engines.commands.release_choice import offered
 from workbench.preflight import CheckResult, PreflightError, check, check_launches
 from workbench.preflight.command import parse_commands
 from workbench.preflight.format import format_launches_text, format_text

@@ -28,14 +28,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from workbench.analysis.seeds import SEEDS, boundary_case
 from workbench.files import atomic_write_text, exclusive
 from workbench.present.notebook_params import NOTEBOOKS_DIR
-from workbench.present.report_page import report_html
+from workbench.present.report_page import NotebookRun, report_html
 
 KERNEL_NAME = "python3"  # jupyter_client runs a "python" kernel with the running interpreter
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -96,17 +95,6 @@ def seed_table_text(rows: Sequence[dict[str, object]]) -> str:
 # ---- notebooks ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NotebookRun:
-    """One notebook executed by papermill: where its outputs are, and how it went."""
-
-    name: str  # the file stem, e.g. "01_npu_block_tables"
-    executed: Path  # <out>/notebooks/NAME.ipynb (written even when a cell failed)
-    html: Path | None  # the executed notebook rendered as HTML
-    seconds: float
-    error: str | None  # None: every cell ran; else "cell N: Name: message"
-
-
 def notebook_paths(folder: Path = NOTEBOOKS_DIR) -> list[Path]:
     """Every notebook of the folder, in name order (a notebook added later is picked up)."""
     return sorted(folder.glob("*.ipynb"))
@@ -133,7 +121,7 @@ def fetch_engines(sources: Sequence[Path], out: IO[str]) -> None:
     """Fetch the releases the notebooks read into the engine cache first, each said as it goes: a
     first fetch (tens of seconds to minutes for a vLLM wheel) is not a notebook cell's time, and a
     release that cannot be had is said here (the notebook's check then says UNDECIDED)."""
-    from workbench.engines import wheels
+    from workbench.engines.store import wheels
 
     wanted = list(dict.fromkeys(e for source in sources for e in notebook_engines(source)))
     missing = [e for e in wanted if wheels.cached(e) is None]

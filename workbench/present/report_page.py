@@ -17,20 +17,29 @@ import itertools
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench.present.findings_page import findings_html
 from workbench.present.words import NOT_APPLICABLE, WORDS, css_class, css_rules
 
-if TYPE_CHECKING:
-    from workbench.present.report import NotebookRun
-
 REPOSITORY = Path(__file__).resolve().parents[2]
 DOCS = REPOSITORY / "docs"
 ATLAS_SUMMARY = "05_atlas_summary"  # the results file notebook 05 writes (``report.save_results``)
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """One notebook executed by papermill: where its outputs are, and how it went."""
+
+    name: str  # the file stem, e.g. "01_npu_block_tables"
+    executed: Path  # <out>/notebooks/NAME.ipynb (written even when a cell failed)
+    html: Path | None  # the executed notebook rendered as HTML
+    seconds: float
+    error: str | None  # None: every cell ran; else "cell N: Name: message"
+
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0.8rem auto; padding: 0 0.8rem; max-width: 1400px; color: #222;

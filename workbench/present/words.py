@@ -13,7 +13,7 @@ A verdict says what a real run meets, so it needs the reach (how far a run gets;
 * **no reachable failure**: nothing fails up to what a run reaches, and lengths past it were not
   searched (the notebooks' sweeps, which stop at the reach);
 * **refused at start-up**: the release's own start-up checks refuse every setting there (its
-  learned ``startup`` section, ``engines/startup_learn.py``): no run starts, so none can fail;
+  learned ``startup`` section, ``engines/commands/startup_learn.py``): no run starts, so none can fail;
 * **n/a**: no such state (a speculative mode without draft tokens, a graph a backend lacks).
 """
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.analysis.reach import reach_rule
-from workbench.engines.launch import load_launch_data
-from workbench.engines.versions import load_versions
+from workbench.engines.store.launch_defaults import load_launch_data
+from workbench.engines.store.versions import load_versions
 from workbench.repro.findings import Finding
 
 REPRO_DATA = Path(__file__).resolve().parents[2] / "data" / "repro.json"
@@ -136,7 +136,7 @@ def _graph_batch_flag(engine: str) -> str:
     """The release's own spelling of the decode graphs' batch limit: the first of the spellings that
     its parser's option strings (learned: ``parser.option_strings``) hold exactly (0.5.23's argparse
     finds ``--cuda-graph-max-bs`` ambiguous between the decode and prefill limits)."""
-    from workbench.engines import learned
+    from workbench.engines.store import learned
 
     section = learned.section(engine.split("+", 1)[0], "parser") or {}
     options = set(section.get("option_strings", {}).get("value") or ())

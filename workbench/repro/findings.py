@@ -27,7 +27,7 @@ from workbench.analysis.boundary import fast_boundary
 from workbench.analysis.cases import parse_case
 from workbench.analysis.seeds import SEEDS
 from workbench.backends.base import Seed
-from workbench.engines.launch import load_launch_data
+from workbench.engines.store.launch_defaults import load_launch_data
 from workbench.model.cases import AllocatorCase, TableCase
 
 

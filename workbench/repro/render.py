@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench import backends
-from workbench.engines.launch import load_launch_data
-from workbench.engines.wheels import PINNED_FROM_WHEEL, SMALL_DEPS, cached
+from workbench.engines.store.launch_defaults import load_launch_data
+from workbench.engines.store.wheels import PINNED_FROM_WHEEL, SMALL_DEPS, cached
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.repro.conditions import Conditions, backend_entry, conditions, needs_torchvision
 from workbench.repro.findings import Finding
@@ -129,7 +129,7 @@ def _deps(finding: Finding, needs_triton: bool) -> list[str]:
     pins = list(PINNED_FROM_WHEEL)
     install = cached(release)
     if install is not None:
-        from workbench.engines.wheels import _pins
+        from workbench.engines.store.wheels import _pins
 
         pins = _pins(install.src, PINNED_FROM_WHEEL)
     lines = [PIP_TORCH, f"pip install --no-deps {release}", "pip install " + " ".join([*SMALL_DEPS, *FRESH_VENV_DEPS, *pins])]

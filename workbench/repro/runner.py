@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.engines.wheels import EngineInstall, fetch, fetch_triton, triton_dir
+from workbench.engines.store.wheels import EngineInstall, fetch, fetch_triton, triton_dir
 from workbench.repro.conditions import needs_torchvision
 from workbench.repro.findings import Finding
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from workbench.engines.cache_root import cache_root
+from workbench.engines.store.cache_root import cache_root
 
 OFF_ENV = "WORKBENCH_RESIDENT"
 IDLE_ENV = "WORKBENCH_RESIDENT_IDLE"

@@ -274,14 +274,14 @@ class _Engine:
         overreads = len(self.alloc.overreads)
         result = _Alloc(Outcome.OK, None, ())
         try:
-            out = self.alloc.alloc_decode(seq, last, self.config.gather)
+            out = self.alloc.alloc_decode(seq, last, backends.gather_of(self.config.gather.value))
         except IndexError as err:
             result = _Alloc(Outcome.INDEX_ERROR, str(err), (), exact_fit_victim(seq, self.g.page_size))
             # The NPU stops here (an AI Core error); to run on, take what the fixed gather takes.
             fixed = backends.gather_of(self.config.gather.value).fixed_by
             if fixed is None:
                 raise
-            out = self.alloc.alloc_decode(seq, last, fixed)
+            out = self.alloc.alloc_decode(seq, last, backends.gather_of(fixed))
         if len(self.alloc.overreads) > overreads:
             result = _Alloc(Outcome.SILENT_OVERREAD, self.alloc.overreads[-1], ())
         if out is None:
