@@ -71,8 +71,8 @@ confirm_runs = check.check_bool("confirm_runs", confirm_runs)
 import pandas as pd
 import plotly.io as pio
 
-from workbench.analysis.atlas_releases import collapse_releases
-from workbench.analysis.atlas_results import atlas_results
+from workbench.atlas.releases import collapse_releases
+from workbench.atlas.results import atlas_results
 from workbench.present.atlas_figure import atlas_figure
 from workbench.present.captions import atlas_claims
 from workbench.present.claims import caption
@@ -121,7 +121,7 @@ summary[columns]
 # %% [markdown]
 # ## What the atlas finds
 #
-# The table is the report's first screen for the newest release (`workbench.analysis.findings`:
+# The table is the report's first screen for the newest release (`workbench.atlas.findings`:
 # every backend and mode a real run breaks, loud or silent, at which length, under which
 # conditions, and the fix with its cost); every number in it is the summary's. Why they fail (the
 # mechanisms; [the semantics](../docs/semantics.md), with the engines' file and line in
@@ -157,7 +157,7 @@ summary[columns]
 #   scheduler itself is not modelled.
 
 # %%
-from workbench.analysis.findings import findings, release_under_review
+from workbench.atlas.findings import findings, release_under_review
 from workbench.present.findings_page import FINDINGS_COLUMNS, finding_cells
 
 under_review = release_under_review(summary)
@@ -222,7 +222,7 @@ assert (table.batch == 1).all() and (table.first_failing_seq_len == table.reques
 # purple: the release's code gave widths no rule of the model agrees with.
 
 # %%
-from workbench.analysis.atlas_results import history_results
+from workbench.atlas.results import history_results
 from workbench.present.history_figure import history_figure
 
 past = history_results("sglang", overshoot=None if overshoot < 0 else overshoot, note=note)

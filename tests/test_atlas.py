@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 import pytest
 
-from workbench.analysis.atlas import configurations, confirm_by_runs, run_atlas, summarize
+from workbench.atlas.rows import configurations, confirm_by_runs, run_atlas, summarize
 from workbench.present.atlas_figure import atlas_figure
 
 
@@ -106,7 +106,7 @@ def test_every_reachable_failure_reported_is_hit_by_a_serving_run(atlas: pd.Data
 
 
 def test_the_vllm_rows_are_run_again_and_hit_where_the_reports_say() -> None:
-    from workbench.analysis.atlas import case_backend_rows
+    from workbench.atlas.rows import case_backend_rows
 
     summary = confirm_by_runs(summarize(case_backend_rows())).set_index(["backend", "engine"])
     v0 = summary.loc[("vllm-v0-graph-block-tables", "vllm==0.6.0")]
@@ -152,7 +152,7 @@ def test_the_command_prints_summary_rows_as_json() -> None:
 
 
 def test_the_vllm_crash_reports_are_rows_of_the_atlas() -> None:
-    from workbench.analysis.atlas import case_backend_rows
+    from workbench.atlas.rows import case_backend_rows
 
     rows = case_backend_rows()
     indexer = rows[rows.backend == "vllm-indexer-block-table"].set_index(["engine", "reachable_len"])
@@ -172,7 +172,7 @@ def test_a_run_that_contradicts_its_row_is_not_confirmed(atlas: pd.DataFrame) ->
     """The confirmation can fail: the FA3 verify that reads past its row at 32753 (ctx - D + 1
     for ctx 32768, D 16: docs/semantics.md#first-failing-length), labelled safe, is caught by its run at the cap; and a safe
     V0 row (0.6.2 truncates) labelled as failing at 8186 is not hit by its walk."""
-    from workbench.analysis.atlas import case_backend_rows, confirm_by_run, confirm_by_walk
+    from workbench.atlas.rows import case_backend_rows, confirm_by_run, confirm_by_walk
 
     fa3 = _setting(atlas, "sglang-fa3-page-table", "target-verify", "QwQ-32B", "ngram-16", 32768, 1).copy()
     fa3["status"] = "safe"
@@ -218,7 +218,7 @@ def test_the_pooled_buffers_fail_per_batch_and_their_runs_hit_where_the_rows_say
 def test_a_pooled_row_that_contradicts_its_batch_is_not_confirmed() -> None:
     """The walk can fail: a reachable row labelled one token later is hit one token early, and a
     row labelled safe meets its failure on the way to the cap."""
-    from workbench.analysis.pooled_atlas import confirm_by_batch_walk
+    from workbench.atlas.pooled import confirm_by_batch_walk
 
     summary = summarize(run_atlas(["sglang==0.5.23"]))
     row = summary[(summary.backend == "sglang-triton-kv-indices") & (summary["mode"] == "draft-decode-eager")].iloc[0]

@@ -19,8 +19,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
 from workbench import backends
-from workbench.analysis.atlas import format_summary, run_atlas, summarize
 from workbench.analysis.memory import load_presets
+from workbench.atlas.rows import format_summary, run_atlas, summarize
 from workbench.engines.store import learned, startup_section
 from workbench.present.atlas_figure import atlas_caption, atlas_figure
 

@@ -16,7 +16,7 @@ import sys
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
-from workbench.analysis.history import format_history, history, references
+from workbench.atlas.history import format_history, history, references
 from workbench.engines.store import learned, startup_section
 from workbench.engines.store.versions import load_versions
 

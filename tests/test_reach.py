@@ -89,7 +89,7 @@ def test_a_full_batch_failure_states_the_pool_it_needs() -> None:
 
 def test_one_margin_everywhere() -> None:
     """The preflight's margin and the atlas's are one function: first - reach - 1."""
-    from workbench.analysis.atlas import _row, configurations
+    from workbench.atlas.rows import _row, configurations
 
     result = check(QWQ_NGRAM, engine="sglang==0.5.23")
     row = result.rows[0]
@@ -138,7 +138,7 @@ def test_draft_extend_rows_take_one_reach_in_the_atlas_and_the_preflight(monkeyp
     """A draft-extend row's reach is its own mode's (spec v2: the batch's s + D) in both views: the
     atlas's scheduler reach equals the preflight row's, and its reachable length is that reach where
     the request table holds it."""
-    from workbench.analysis.atlas import _row, configurations
+    from workbench.atlas.rows import _row, configurations
 
     monkeypatch.setenv("HF_HUB_CACHE", str(Path(__file__).parent / "data" / "hf_cache" / "hub"))  # the model's config
     result = check(GLM_EAGLE, engine="sglang==0.5.23")

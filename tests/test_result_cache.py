@@ -1,4 +1,4 @@
-"""Expensive, deterministic results kept by the content they come from (``analysis/result_cache.py``):
+"""Expensive, deterministic results kept by the content they come from (``atlas/result_cache.py``):
 computed once, reused while nothing they read changed, computed afresh when anything did."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.analysis import result_cache
+from workbench.atlas import result_cache
 
 
 @pytest.fixture()
@@ -105,9 +105,9 @@ def test_an_unreadable_entry_is_computed_again(inputs: Path) -> None:
 def test_the_cached_atlas_is_the_atlas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One release's atlas through the cache, computed and then loaded, against the atlas computed
     directly by its own functions."""
-    from workbench.analysis.atlas import confirm_by_runs, run_atlas, summarize
-    from workbench.analysis.atlas_results import atlas_results
     from workbench.analysis.memory import load_presets
+    from workbench.atlas.results import atlas_results
+    from workbench.atlas.rows import confirm_by_runs, run_atlas, summarize
 
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     presets = [p for p in load_presets() if p.name == "QwQ-32B"]

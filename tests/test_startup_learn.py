@@ -61,7 +61,7 @@ def test_refusal_reads_the_learned_answer() -> None:
 
 
 def test_the_atlas_runs_no_setting_the_release_refuses() -> None:
-    from workbench.analysis.atlas import run_atlas
+    from workbench.atlas.rows import run_atlas
 
     frame = run_atlas([ENGINE])
     records = frame.to_dict("records")

@@ -261,7 +261,7 @@ def test_the_atlas_has_a_row_per_learned_release_where_the_data_say() -> None:
     """5563's deployment under every V0 release (flash-attn): reachable exactly where the release's
     builder assigns the whole list; 46074's under every indexer release: reachable exactly where its
     table and buffer widths differ there (the measured rules, restated)."""
-    from workbench.analysis.atlas import case_backend_rows
+    from workbench.atlas.rows import case_backend_rows
 
     rows = case_backend_rows()
     v0_rows = rows[(rows.backend == v0.NAME) & (rows.rule == "vllm-5563")].drop_duplicates("engine").set_index("engine")

@@ -337,8 +337,8 @@ def _sweep(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
-    from workbench.analysis.atlas import format_summary
-    from workbench.analysis.atlas_results import atlas_results
+    from workbench.atlas.results import atlas_results
+    from workbench.atlas.rows import format_summary
 
     if args.out and not args.out.endswith((".parquet", ".csv")):
         raise BadInput(f"--out: {args.out!r} must end in .parquet or .csv")
@@ -358,7 +358,7 @@ def _atlas(args: argparse.Namespace, device: str, out: IO[str]) -> None:
 
 
 def _history(args: argparse.Namespace, out: IO[str]) -> None:
-    from workbench.analysis.history import format_history, history
+    from workbench.atlas.history import format_history, history
 
     frame = history(args.engine, overshoot=args.overshoot, only=_str_list(args.backend) if args.backend else ())
     if args.json:

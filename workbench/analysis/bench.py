@@ -211,7 +211,7 @@ def _atlas_timing(executor: Executor, engines: Sequence[str] | None = None) -> d
     """The atlas over its default grid: every table setting's boundary executed, the pooled buffers'
     closed forms and their summary rows executed (``atlas_seconds``); then every summary row run
     again (``atlas_runs_seconds``: serving runs, request walks, batch walks)."""
-    from workbench.analysis.atlas import confirm_by_runs, full_atlas, summarize
+    from workbench.atlas.rows import confirm_by_runs, full_atlas, summarize
 
     found: dict[str, Any] = {}
 

@@ -9,7 +9,7 @@ Rows rather than columns carry the releases: a version string is wider than a ce
 the y axis they never overlap. Consecutive releases of a backend whose cells are all the same share
 one row (``0.5.14, 0.5.18, 0.5.23``), so the figure grows with what changes, not with the number of
 releases. It is drawn to fit JupyterLab's default notebook width (``MAX_WIDTH``). Takes
-``workbench.analysis.atlas.summarize``'s frame; computes nothing but the labels.
+``workbench.atlas.rows.summarize``'s frame; computes nothing but the labels.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import pandas as pd  # type: ignore[import-untyped]
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
-from workbench.analysis.findings import release_key
+from workbench.atlas.findings import release_key
 from workbench.present.words import COLOURS, LOUD, NOT_APPLICABLE, PAST_REACH, REFUSED, SAFE, SILENT, status_word
 
 CELL_WORDS = (SAFE, PAST_REACH, LOUD, SILENT, REFUSED, NOT_APPLICABLE)  # the colour bar's order

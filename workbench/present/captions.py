@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.analysis.findings import SILENT_OUTCOMES
+from workbench.atlas.findings import SILENT_OUTCOMES
 from workbench.present.claims import Claim, claim
 from workbench.present.words import LOUD, PAST_REACH, REFUSED, SAFE, SILENT
 

@@ -1,7 +1,7 @@
 """The report's first screen: the atlas's findings, release by release, as HTML.
 
-``findings_html(summary, docs)`` turns the atlas summary (``workbench.analysis.atlas.summarize``,
-saved by notebook 05) into one block per engine release, through ``workbench.analysis.findings``:
+``findings_html(summary, docs)`` turns the atlas summary (``workbench.atlas.rows.summarize``,
+saved by notebook 05) into one block per engine release, through ``workbench.atlas.findings``:
 every backend and mode a real run breaks, loud or silent (``workbench.present.words``: the same words
 and colours as the atlas figure and the notebooks' tables), at which committed length, under which
 conditions, and the fix with its cost. The release under review (the newest SGLang release) is
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.analysis.findings import Finding, findings, past_reach, release_under_review, releases_of
+from workbench.atlas.findings import Finding, findings, past_reach, release_under_review, releases_of
 from workbench.present.words import LOUD, PAST_REACH, REFUSED, SAFE, SILENT, css_class
 
 FINDINGS_COLUMNS = ("backend", "mode", "how", "first failing s", "a run reaches", "worst setting", "fixed in",

@@ -5,7 +5,7 @@ run of the reference deployment meets, with its first failing committed length w
 A fix shows as a change of colour (or of the number) between two releases; the releases to avoid
 are the red bars; a slate bar is a release whose own start-up checks refuse the deployment (the
 hover gives the engine's message), distinct from one whose buffer is not modelled. Takes
-``workbench.analysis.history.history``'s frame; computes nothing but runs and labels.
+``workbench.atlas.history.history``'s frame; computes nothing but runs and labels.
 """
 
 from __future__ import annotations

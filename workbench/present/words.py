@@ -19,7 +19,7 @@ A verdict says what a real run meets, so it needs the reach (how far a run gets;
 
 from __future__ import annotations
 
-from workbench.analysis.findings import SILENT_OUTCOMES
+from workbench.atlas.findings import SILENT_OUTCOMES
 
 SAFE = "safe"
 NO_REACHABLE_FAILURE = "no reachable failure"

@@ -3,7 +3,7 @@
 A finding is one engine state the workbench says fails: a backend, a mode, the first failing
 committed length and its outcome, the setting that reaches it (model preset, speculative recipe,
 context, page size, graph batch) and, for a pooled buffer, the batch that overflows it. The atlas
-(``workbench.analysis.atlas``) gives a release's rows, each at its worst setting; the seeds
+(``workbench.atlas.rows``) gives a release's rows, each at its worst setting; the seeds
 (``workbench.analysis.seeds``) give the three fixes the project started from, at the version
 before each fix (a pseudo-version: the release with the fix's line reverted, or an older release).
 ``reproducer`` turns a finding into a standalone script.
@@ -82,7 +82,7 @@ SETTING_COLUMNS = ("preset", "recipe", "context_len", "page_size", "draft_tokens
 
 
 def from_atlas_row(row: pd.Series) -> Finding:
-    """A summary row of ``workbench.analysis.atlas.summarize`` as a finding."""
+    """A summary row of ``workbench.atlas.rows.summarize`` as a finding."""
     setting: dict[str, object] = {}
     for column in SETTING_COLUMNS:
         value = row.get(column)
@@ -180,7 +180,7 @@ def newest_release(family: str = "sglang") -> str:
 
 def release_summary(engine: str) -> pd.DataFrame:
     """The atlas summary of one release, every row's worst setting with its boundary executed."""
-    from workbench.analysis.atlas import run_atlas, summarize
+    from workbench.atlas.rows import run_atlas, summarize
 
     return summarize(run_atlas([engine]))
 

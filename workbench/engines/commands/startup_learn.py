@@ -53,8 +53,8 @@ def probes() -> Iterator[tuple[str, dict[str, Any], ServingGeometry]]:
     """(backend label, its launch entry, a geometry) for every backend, recipe and page size the
     atlas runs whose launch the repro data describes (an attention backend and a GPU)."""
     from workbench import backends
-    from workbench.analysis.atlas import configurations
-    from workbench.analysis.pooled_atlas import PAGE_SIZES as POOLED_PAGE_SIZES
+    from workbench.atlas.pooled import PAGE_SIZES as POOLED_PAGE_SIZES
+    from workbench.atlas.rows import configurations
     from workbench.repro.conditions import backend_entry
 
     seen: set[tuple[str, str, int]] = set()
@@ -76,8 +76,8 @@ def probes() -> Iterator[tuple[str, dict[str, Any], ServingGeometry]]:
 
 def _pooled_settings(page_sizes: tuple[int, ...]) -> Iterator[tuple[str, ServingGeometry]]:
     from workbench import backends
-    from workbench.analysis.atlas import settings
     from workbench.analysis.memory import load_presets
+    from workbench.atlas.rows import settings
 
     for backend in backends.POOLED_BACKENDS:
         for setting in settings(page_sizes, "g1", load_presets()):

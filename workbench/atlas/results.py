@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from workbench.analysis.atlas import case_backend_rows, confirm_by_runs, run_atlas, summarize
 from workbench.analysis.executors import Executor
-from workbench.analysis.history import history
 from workbench.analysis.memory import ModelPreset
-from workbench.analysis.result_cache import cached_frames
+from workbench.atlas.history import history
+from workbench.atlas.result_cache import cached_frames
+from workbench.atlas.rows import case_backend_rows, confirm_by_runs, run_atlas, summarize
 
 
 def atlas_results(engines: Sequence[str] | None = None, *, presets: Sequence[ModelPreset] | None = None,

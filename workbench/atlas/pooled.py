@@ -144,7 +144,7 @@ def confirm_by_batch_walk(row: pd.Series, device: str = "cpu", *, lead: int = WA
 
 def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """The pooled rows of a summary with their boundaries executed (``confirm_boundary``)."""
-    from workbench.analysis.atlas_releases import content_key
+    from workbench.atlas.releases import content_key
 
     out = summary.copy()
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)

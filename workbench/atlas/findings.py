@@ -1,6 +1,6 @@
 """Atlas rows -> findings: what a reviewer acts on, one per backend, release and mode a real run can break.
 
-``findings(summary)`` reads the atlas's summary (``workbench.analysis.atlas.summarize``: one row per
+``findings(summary)`` reads the atlas's summary (``workbench.atlas.rows.summarize``: one row per
 backend, engine release and mode, its worst setting) and keeps the rows a real run reaches
 (``status == "reachable"``). Each finding carries what the row says, never a typed number: how it
 fails (loud: the step raises; silent: nothing raises, a kernel reads or writes past the buffer), the

@@ -32,8 +32,6 @@ from types import ModuleType
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
-from workbench.analysis import pooled_atlas, reqtable_atlas
-from workbench.analysis.atlas_releases import content_key, default_versions, distinct, shared_rows, sharing
 from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
@@ -41,6 +39,9 @@ from workbench.analysis.probe import table_case_problem
 from workbench.analysis.reach import default_reach
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
+from workbench.atlas import pooled as pooled_atlas
+from workbench.atlas import reqtable as reqtable_atlas
+from workbench.atlas.releases import content_key, default_versions, distinct, shared_rows, sharing
 from workbench.backends.base import TableBackend
 from workbench.devices.device import one_torch_thread
 from workbench.engines.store.startup_section import recipe_key, refusal, row_refusal
