@@ -245,6 +245,22 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
+    """``workbench check``; with ``--json`` bad input too is one JSON object on stdout (status 2, the
+    one line, and for the engine's refusal its message and the function that refused), so that a
+    script reading the output always gets an object; the line goes to stderr as without ``--json``."""
+    if not args.json:
+        return _check_command(args, device, out)
+    from workbench.preflight.format import format_error_json
+
+    try:
+        return _check_command(args, device, out)
+    except (BadInput, ValueError) as err:  # PreflightError is a ValueError
+        out.write(format_error_json(err) + "\n")
+        print(f"workbench: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _check_command(args: argparse.Namespace, device: str, out: IO[str]) -> int:
     from workbench.preflight import check, check_launches
     from workbench.preflight.command import parse_commands
     from workbench.preflight.format import format_json, format_launches_json, format_launches_text, format_text

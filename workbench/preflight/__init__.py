@@ -32,7 +32,7 @@ from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
-from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
+from workbench.preflight.command import LaunchCommand, PreflightError, Refused, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import (
     Row,
@@ -354,7 +354,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
         which = f"launch {parsed.position} of {parsed.launches}: " if parsed.launches > 1 else ""
-        raise PreflightError(f"{which}{choice.release} refuses the command ({by}): {message}{hint}")
+        raise Refused(f"{which}{choice.release} refuses the command ({by}): {message}{hint}", release=choice.release,
+                      by=resolution.rejected_by, message=message, hint=hint.strip())
     if resolution.status != RESOLVED:  # no settings to show the GPU among: a note says which and why
         return CheckResult(parsed, choice, None, (), (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})"),
                            UNDECIDED, f"UNDECIDED: {resolution.message}")
@@ -390,5 +391,5 @@ def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
             f"workbench check --engine {older})") if older else ""
 
 
-__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "check",
+__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "Refused", "check",
            "check_launches", "combined_status", "launches_verdict", "pick_gpu", "resolve", "vllm_backends"]
