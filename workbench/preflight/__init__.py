@@ -21,17 +21,19 @@ graphs disabled, or a buffer no backend models).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 from workbench import backends
 from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
-from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, Gpu, LaunchRequest, Resolution, platform_plugin
+from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, UNLOADABLE, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
+from workbench.preflight import other_releases
 from workbench.preflight.command import LaunchCommand, PreflightError, Refused, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import (
@@ -341,7 +343,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
         if resolution.rejected_by == "parser" and suggest:
-            hint = _parser_hint(parsed, choice.release, asked=engine is not None)
+            hint = _parser_hint(parsed, choice.release, asked=engine is not None,
+                                ask=functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress))
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
@@ -369,26 +372,52 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
 
 
-def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
-    """Which release to try when ``release``'s parser refuses the command, from the learned parsers:
-    for a release the user asked for, the oldest newer one that takes it (the command may use an
-    option or value added later), else the newest older one; for the default, the newest older one.
+def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool,
+                 ask: Callable[[str], other_releases.Asked[Resolution]]) -> str:
+    """Which release to try when ``release``'s parser refuses the command: for a release the user
+    asked for, the oldest newer one whose own parser accepts it (the command may use an option or
+    value added later), else the newest older one; for the default, the newest older one.
 
-    A learned parser holds option strings and choices, not how many words each option takes nor
-    what a JSON value's fields may be: when ``release``'s own learned parser takes the command, what
-    its parser refused (a stray word, a field of a config) is out of the learned data's sight, and
-    no other release is named on its strength."""
+    The learned parsers only rule releases out (``other_releases``): a release is named once its own
+    parser, asked through ``ask``, has accepted the command. When ``release``'s own learned parser
+    takes the command, what its parser refused (a stray word, a field of a JSON value) is out of the
+    learned data's sight, and no other release is asked on its strength."""
     if release_choice.refusal(release, parsed.argv) is None:
         return (" (its learned parser takes every option and choice of the command, so the learned parsers cannot "
                 "tell which release would take what it refused: a stray word or a field of a JSON value; "
                 "workbench check --engine NAME==VERSION asks a release's own parser)")
-    newer = release_choice.oldest_newer_taking(parsed.engine, parsed.argv, after=release) if asked else None
-    if newer:
-        return (f" (the oldest newer release whose learned parser takes its options and their values: {newer}; "
-                f"workbench check --engine {newer})")
-    older = release_choice.newest_taking(parsed.engine, parsed.argv, before=release)
-    return (f" (the newest older release whose learned parser takes its options and their values: {older}; "
-            f"workbench check --engine {older})") if older else ""
+    walks = []
+    if asked:
+        walks.append(("the oldest newer release", release_choice.newer_releases(parsed.engine, parsed.argv, after=release)))
+    walks.append(("the newest older release", release_choice.older_releases(parsed.engine, parsed.argv, before=release)))
+    refusing: list[str] = []
+    for which, candidates in walks:
+        walk = other_releases.first_accepting(candidates, ask)
+        if walk.release is not None:
+            return (f" ({which} whose own parser accepts the command: {walk.release}; "
+                    f"workbench check --engine {walk.release})")
+        refusing += walk.asked
+    if refusing:
+        return (f" (the releases whose learned parsers take its options refuse it too, by their own parsers: "
+                f"{', '.join(refusing)})")
+    return ""
+
+
+def ask_parser(parsed: LaunchCommand, gpu: Gpu, model_config: str | None, owner: bool,
+               progress: IO[str] | None | Stderr, release: str) -> other_releases.Asked[Resolution]:
+    """``release``'s own parser and resolution on the command, from its engine process: accepted
+    unless its parser refused it; not asked when its engine process could not start."""
+    try:
+        choice = release_choice.choose(parsed.engine, release, platform_plugin(parsed.engine, gpu.platform))
+    except ValueError as err:
+        return other_releases.Asked(False, None, f"{release}: not asked ({err})", asked=False)
+    resolution = engine_resolution(parsed, choice, gpu, model_config, owner=owner, progress=progress)
+    if resolution.status == UNLOADABLE:
+        return other_releases.Asked(False, None, f"{release}: not asked ({resolution.message})", asked=False)
+    if resolution.status == REJECTED and resolution.rejected_by == "parser":
+        first = next((line.strip() for line in resolution.message.splitlines() if line.strip()), "")
+        return other_releases.Asked(False, None, f"{release} refuses it too (its parser): {first[:200]}")
+    return other_releases.Asked(True, resolution, "")
 
 
 __all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "Refused", "check",
