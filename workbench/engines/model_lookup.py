@@ -17,6 +17,7 @@ A model found nowhere is ``Located.missing``: one line naming exactly what to gi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -158,7 +159,7 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
         return Located(name, "", "", f"{flag} {name}: the directory has no config.json "
                                      "(give --model-config CONFIG.json, the model's config)")
     cache = hub_cache(lookup_env)
-    if "$" in name or "{" in name:
+    if "$" in name or "{" in name or re.search(r"<[A-Za-z][A-Za-z0-9_-]*>", name):  # $MODEL, {weights path}, <model>
         return Located(name, "", "", f"{flag} {name}: a placeholder the command does not set; give the model "
                                      "(its directory or Hugging Face id) in its place, or --model-config CONFIG.json")
     if _looks_local(name):

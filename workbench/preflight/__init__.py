@@ -33,7 +33,7 @@ from workbench.backends.base import TableBackend
 from workbench.engines import gpus, release_choice, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, UNLOADABLE, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
-from workbench.preflight import other_releases
+from workbench.preflight import other_releases, outside
 from workbench.preflight.command import LaunchCommand, PreflightError, Refused, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import (
@@ -333,12 +333,14 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         choice = release_choice.choose(parsed.engine, engine, platform_plugin(parsed.engine, chosen_gpu.platform))
     except ValueError as err:
         raise PreflightError(str(err)) from None
-    outside = unset_variables(parsed)
-    if outside:
-        return CheckResult(parsed, choice, None, (), (), UNDECIDED,
-                           f"UNDECIDED: the command uses {', '.join(outside)}, set outside it (a shell variable or a "
-                           "placeholder): give the values in their place")
+    uses = outside.option_words(parsed.argv, unset_variables(parsed))
     resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
+    if resolution.status == REJECTED and outside.in_refusal(uses, resolution.message):  # the value as written refused
+        first = next((line.strip() for line in resolution.message.splitlines() if line.strip()), "")
+        return CheckResult(parsed, choice, None, (), (f"{choice.release}'s answer to the text as written: {first[:300]}",),
+                           UNDECIDED, f"UNDECIDED: {_outside_line([u.text for u in outside.in_refusal(uses, resolution.message)])}"
+                           " (the engine refuses the text as written)")
+    outside_note = (f"set outside the command: {', '.join(u.text for u in uses)}",) if uses else ()
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
@@ -356,20 +358,36 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
             hint += f" (read as docker runs it: {entrypoint})"
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
+        if uses:  # a refusal about something else: it stands, and the values are named
+            hint += f" (the command also uses {', '.join(u.text for u in uses)}, set outside it)"
         which = f"launch {parsed.position} of {parsed.launches}: " if parsed.launches > 1 else ""
         raise Refused(f"{which}{choice.release} refuses the command ({by}): {message}{hint}", release=choice.release,
                       by=resolution.rejected_by, message=message, hint=hint.strip())
     if resolution.status != RESOLVED:  # no settings to show the GPU among: a note says which and why
-        return CheckResult(parsed, choice, None, (), (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})"),
+        return CheckResult(parsed, choice, None, (),
+                           (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})", *outside_note),
                            UNDECIDED, f"UNDECIDED: {resolution.message}")
     try:
         deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
     except NotModelled as err:
-        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED, f"UNDECIDED: {err}")
+        return CheckResult(parsed, choice, None, (), (*resolution.notes, *outside_note), UNDECIDED, f"UNDECIDED: {err}")
+    blocking, passing = outside.reaching(uses, deployment.flags, deployment.settings)
+    if blocking:
+        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED,
+                           f"UNDECIDED: {_outside_line(blocking)}")
+    passed = (f"set outside the command, changing no modelled buffer (read as written): {', '.join(passing)}",) if passing else ()
     if device is None:
-        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
+        return CheckResult(parsed, choice, deployment, (), (*deployment.notes, *passed), UNDECIDED,
+                           "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)
-    return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
+    if passing:
+        verdict += f" [set outside the command, changing no modelled buffer: {', '.join(passing)}]"
+    return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes, *passed), status, verdict)
+
+
+def _outside_line(values: Sequence[str]) -> str:
+    return (f"the command uses {', '.join(values)}, set outside it (a shell variable or a placeholder): give the "
+            "values in their place")
 
 
 def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool,
