@@ -235,6 +235,9 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-config", dest="model_config", metavar="CONFIG.json",
                         help="the model's config.json, when the model is neither a local directory nor in the "
                              "Hugging Face cache; nothing is downloaded")
+    parser.add_argument("--draft-model-config", dest="draft_model_config", metavar="CONFIG.json",
+                        help="the draft model's config.json (a speculative launch's --speculative-draft-model-path, or "
+                             "vLLM's --speculative-config model), as --model-config is the target's")
     parser.add_argument("--overshoot", type=int,
                         help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
     parser.add_argument("--gpu", help="the GPU the engine picks defaults for (data/gpus.json; default h100, or 910b "
@@ -278,7 +281,8 @@ def _check_command(args: argparse.Namespace, device: str, out: IO[str]) -> int:
                 command = stream.read()
         except OSError as err:
             raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
-    options = {"engine": args.engine, "model_config": args.model_config, "overshoot": args.overshoot, "gpu": args.gpu,
+    options = {"engine": args.engine, "model_config": args.model_config, "draft_model_config": args.draft_model_config,
+               "overshoot": args.overshoot, "gpu": args.gpu,
                "device": device, "owner": False}
     if args.launch_number is not None or parse_commands(command)[0].launches == 1:
         result = check(command, launch=args.launch_number or 1, **options)

@@ -51,7 +51,8 @@ from workbench.preflight.rows import (
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
 # workbench check's own options: in the engine's part of a command they are a misplaced option
-CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file", "--launch")
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--draft-model-config",
+                 "--overshoot", "--gpu", "--cmd", "--from-file", "--launch")
 LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 
 
@@ -141,7 +142,8 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
 
 
 def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
-                      owner: bool = True, progress: IO[str] | None | Stderr = STDERR) -> Resolution:
+                      owner: bool = True, progress: IO[str] | None | Stderr = STDERR,
+                      draft_model_config: str | None = None) -> Resolution:
     """The release's own reading of the command, from its engine process."""
     from workbench.engines import launch_service
 
@@ -149,7 +151,8 @@ def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu
     try:
         install = _install(choice.release, progress)
         request = LaunchRequest(choice.release, command.program, command.argv, command.env, gpu, model_config,
-                                {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd())
+                                {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd(),
+                                draft_model_config)
         return launch_service.resolve(request, install, owner=owner, progress=progress)
     except (wheels.FetchError, launch_service.EngineUnavailable) as err:
         return Resolution(choice.release, "unloadable", str(err))
@@ -244,16 +247,18 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
 
 def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
             overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
-            progress: IO[str] | None | Stderr = STDERR, launch: int = 1) -> Deployment | None:
+            progress: IO[str] | None | Stderr = STDERR, launch: int = 1,
+            draft_model_config: str | None = None) -> Deployment | None:
     """The deployment ``command`` resolves to (no rows run); None when the check is undecided
     before the rows (a model not on this machine, a release that cannot run here)."""
     return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
-                  owner=owner, progress=progress, launch=launch).deployment
+                  owner=owner, progress=progress, launch=launch, draft_model_config=draft_model_config).deployment
 
 
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
-          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True, launch: int = 1) -> CheckResult:
+          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True, launch: int = 1,
+          draft_model_config: str | None = None) -> CheckResult:
     """Read ``command`` with its release's own code and run every row; ``device`` is where the
     probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
     ``launch``: which launch of a text holding several (from 1); a note names the others.
@@ -264,7 +269,7 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     release's parser names another release to try (learned parsers); False for a caller walking the
     releases itself."""
     result = _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
-                    owner=owner, progress=progress, suggest=suggest, launch=launch)
+                    owner=owner, progress=progress, suggest=suggest, launch=launch, draft_model_config=draft_model_config)
     parsed = result.command
     if parsed.launches == 1:
         return result
@@ -317,7 +322,7 @@ def check_launches(command: str | Sequence[str], **options: object) -> LaunchesR
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
            gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr,
-           suggest: bool = True, launch: int = 1) -> CheckResult:
+           suggest: bool = True, launch: int = 1, draft_model_config: str | None = None) -> CheckResult:
     """``check``; ``device`` None stops before the rows."""
     found = parse_commands(command)
     if not 1 <= launch <= len(found):
@@ -326,6 +331,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     parsed = found[launch - 1]
     if model_config is not None and not os.path.isfile(model_config):
         raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
+    if draft_model_config is not None and not os.path.isfile(draft_model_config):
+        raise PreflightError(f"--draft-model-config: cannot read {draft_model_config!r} (no such file; give the draft "
+                             "model's config.json)")
     if parsed.engine not in ADAPTERS:
         raise PreflightError(f"command: {parsed.engine} has no launch adapter on this checkout (have: {', '.join(ADAPTERS)})")
     chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
@@ -334,7 +342,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     except ValueError as err:
         raise PreflightError(str(err)) from None
     uses = outside.option_words(parsed.argv, unset_variables(parsed))
-    resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
+    resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress,
+                                   draft_model_config=draft_model_config)
     if resolution.status == REJECTED and outside.in_refusal(uses, resolution.message):  # the value as written refused
         first = next((line.strip() for line in resolution.message.splitlines() if line.strip()), "")
         return CheckResult(parsed, choice, None, (), (f"{choice.release}'s answer to the text as written: {first[:300]}",),
@@ -346,7 +355,8 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         hint = ""
         if resolution.rejected_by == "parser" and suggest:
             hint = _parser_hint(parsed, choice.release, asked=engine is not None,
-                                ask=functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress))
+                                ask=functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress,
+                                                      draft_model_config=draft_model_config))
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
@@ -422,14 +432,16 @@ def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool,
 
 
 def ask_parser(parsed: LaunchCommand, gpu: Gpu, model_config: str | None, owner: bool,
-               progress: IO[str] | None | Stderr, release: str) -> other_releases.Asked[Resolution]:
+               progress: IO[str] | None | Stderr, release: str, *,
+               draft_model_config: str | None = None) -> other_releases.Asked[Resolution]:
     """``release``'s own parser and resolution on the command, from its engine process: accepted
     unless its parser refused it; not asked when its engine process could not start."""
     try:
         choice = release_choice.choose(parsed.engine, release, platform_plugin(parsed.engine, gpu.platform))
     except ValueError as err:
         return other_releases.Asked(False, None, f"{release}: not asked ({err})", asked=False)
-    resolution = engine_resolution(parsed, choice, gpu, model_config, owner=owner, progress=progress)
+    resolution = engine_resolution(parsed, choice, gpu, model_config, owner=owner, progress=progress,
+                                   draft_model_config=draft_model_config)
     if resolution.status == UNLOADABLE:
         return other_releases.Asked(False, None, f"{release}: not asked ({resolution.message})", asked=False)
     if resolution.status == REJECTED and resolution.rejected_by == "parser":
