@@ -245,6 +245,9 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launch", type=int, metavar="K", dest="launch_number",
                         help="check only the K-th launch of a text holding several (default: each, the worst status)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--offline", action="store_true",
+                        help="fetch nothing from the Hugging Face hub (as HF_HUB_OFFLINE=1); by default the config "
+                             "files of a hub model not in the cache are fetched into it (never weights)")
 
 
 def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
@@ -268,6 +271,18 @@ def _check_command(args: argparse.Namespace, device: str, out: IO[str]) -> int:
     from workbench.preflight.command import parse_commands
     from workbench.preflight.format import format_json, format_launches_json, format_launches_text, format_text
 
+    if args.offline:  # read by the check's hub look-up as huggingface_hub reads it; restored after (a caller's process)
+        import os
+
+        before = os.environ.get("HF_HUB_OFFLINE")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        try:
+            return _check_command(argparse.Namespace(**{**vars(args), "offline": False}), device, out)
+        finally:
+            if before is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = before
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
     sources = [bool(launch), args.cmd is not None, args.from_file is not None]
     if sum(sources) != 1:

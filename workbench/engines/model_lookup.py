@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.engines import hub_fetch
+
 HUB_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 CREATED: list[Path] = []  # folders made for --model-config in this process, removed by cleanup()
 
@@ -154,9 +156,12 @@ def from_config_file(name: str, model_config: str, cwd: str, config_flag: str = 
 
 
 def locate(name: str, *, revision: str | None, model_config: str | None, cwd: str,
-           lookup_env: Mapping[str, str], flag: str, config_flag: str = "--model-config") -> Located:
+           lookup_env: Mapping[str, str], flag: str, config_flag: str = "--model-config",
+           remote_code: bool = False) -> Located:
     """Where ``name``'s config.json is; ``flag`` is the option that named it, ``config_flag`` the
-    check's option that gives its config.json (``--draft-model-config`` for a draft model)."""
+    check's option that gives its config.json (``--draft-model-config`` for a draft model).
+    ``remote_code``: the launch trusts the model's remote code (its configuration module is
+    fetched with its config, ``hub_fetch``)."""
     if model_config is not None:
         return from_config_file(name, model_config, cwd, config_flag)
     local = Path(cwd, os.path.expanduser(name))
@@ -179,10 +184,21 @@ def locate(name: str, *, revision: str | None, model_config: str | None, cwd: st
     except ValueError:  # not a valid repository id (huggingface_hub's HFValidationError)
         return Located(name, "", "", f"{flag} {name}: neither a directory on this machine nor a Hugging Face id; "
                                      f"give {config_flag} CONFIG.json")
+    fetched = None
+    if not hub_fetch.offline(lookup_env):  # as the engine would at start-up: its config files, never weights
+        fetched = hub_fetch.fetch_configs(name, revision=revision, cache=cache, lookup_env=lookup_env,
+                                          remote_code=remote_code)
+        if fetched.refused:
+            return Located(name, "", "", f"{flag} {name}: {fetched.problem}; a gated or private model needs a token "
+                                         "with access: accept its terms on the hub and set HF_TOKEN (or run hf auth "
+                                         f"login), or give {config_flag} CONFIG.json")
+        found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
     if isinstance(found, str):
-        return Located(name, name, f"Hugging Face cache {Path(found).parent}", folder=str(Path(found).parent))
+        got = f" (fetched from the hub now: {', '.join(fetched.files)})" if fetched is not None and fetched.files else ""
+        return Located(name, name, f"Hugging Face cache {Path(found).parent}{got}", folder=str(Path(found).parent))
+    why = f" ({fetched.problem})" if fetched is not None and fetched.problem else " (offline: HF_HUB_OFFLINE)"
     return Located(name, "", "", f"{flag} {name}: not in the Hugging Face cache ({cache}; set by HF_HUB_CACHE or "
-                                 f"HF_HOME); give {config_flag} CONFIG.json, or fetch its config into the cache "
+                                 f"HF_HOME){why}; give {config_flag} CONFIG.json, or fetch its config into the cache "
                                  f"(hf download {name} config.json)")
 
 

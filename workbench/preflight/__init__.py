@@ -52,8 +52,10 @@ SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
 # workbench check's own options: in the engine's part of a command they are a misplaced option
 CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--draft-model-config",
-                 "--overshoot", "--gpu", "--cmd", "--from-file", "--launch")
-LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
+                 "--overshoot", "--gpu", "--cmd", "--from-file", "--launch", "--offline")
+# where the user's Hugging Face cache is, and whether and where its config files may be fetched (model_lookup)
+LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "HF_HUB_OFFLINE",
+                    "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "HF_TOKEN")
 
 
 @dataclass(frozen=True)

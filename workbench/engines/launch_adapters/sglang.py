@@ -225,7 +225,8 @@ class SGLangAdapter(LaunchAdapter):
         flags = flag_uses(parser, argv, namespace)
         times["parse"] = time.perf_counter() - start
         model = locate(str(namespace["model_path"]), revision=namespace.get("revision"), model_config=request.model_config,
-                       cwd=request.cwd, lookup_env=request.lookup_env, flag="--model-path")
+                       cwd=request.cwd, lookup_env=request.lookup_env, flag="--model-path",
+                       remote_code=bool(namespace.get("trust_remote_code")))
         if model.missing:
             return Resolution(request.engine, UNDECIDED, model.missing, flags=tuple(flags), seconds=times)
         draft = self._draft(namespace, request)
@@ -240,7 +241,8 @@ class SGLangAdapter(LaunchAdapter):
             return None
         return locate(str(path), revision=namespace.get("speculative_draft_model_revision"),
                       model_config=request.draft_model_config, cwd=request.cwd, lookup_env=request.lookup_env,
-                      flag="--speculative-draft-model-path", config_flag="--draft-model-config")
+                      flag="--speculative-draft-model-path", config_flag="--draft-model-config",
+                      remote_code=bool(namespace.get("trust_remote_code")))
 
     def _run(self, request: LaunchRequest, flags: list[FlagUse], namespace: dict[str, Any], model: Located,
              draft: Located | None, engine_argv: list[str], times: dict[str, float]) -> Resolution:

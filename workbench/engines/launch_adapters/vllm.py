@@ -329,7 +329,8 @@ class VLLMAdapter(LaunchAdapter):
             return _npu_platform(request, flags, times)
         model_name = str(getattr(namespace, "model", "") or "")
         model = locate(model_name, revision=getattr(namespace, "revision", None), model_config=request.model_config,
-                       cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL")
+                       cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL",
+                       remote_code=bool(getattr(namespace, "trust_remote_code", False)))
         if model.missing:
             return Resolution(request.engine, UNDECIDED, model.missing, flags=tuple(flags), seconds=times)
         draft = _draft(namespace, request)
@@ -867,7 +868,8 @@ def _draft(namespace: argparse.Namespace, request: LaunchRequest) -> Located | N
     if not isinstance(spec, dict) or not isinstance(spec.get("model"), str) or not spec["model"]:
         return None
     found = locate(spec["model"], revision=spec.get("revision"), model_config=request.draft_model_config, cwd=request.cwd,
-                   lookup_env=request.lookup_env, flag="--speculative-config model", config_flag="--draft-model-config")
+                   lookup_env=request.lookup_env, flag="--speculative-config model", config_flag="--draft-model-config",
+                   remote_code=bool(getattr(namespace, "trust_remote_code", False)))
     if not found.missing and found.engine_path != found.name:
         spec = {**spec, "model": found.engine_path}
         namespace.speculative_config = json.dumps(spec) if text else spec
