@@ -74,7 +74,8 @@ def format_text(result: CheckResult) -> str:
             lines.extend(_row_lines(row))
         if not result.rows:
             lines.append("  (none)")
-    lines.append(f"verdict: {result.verdict} [{result.choice.asked}]")
+    substituted = f"; buffer rules of {result.choice.buffers}" if result.choice.buffers != result.choice.release else ""
+    lines.append(f"verdict: {result.verdict} [{result.choice.asked}{substituted}]")
     return "\n".join(lines)
 
 
