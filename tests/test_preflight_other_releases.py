@@ -71,3 +71,27 @@ def test_the_hint_names_a_release_whose_own_parser_took_the_command() -> None:
     named = hint.split("workbench check --engine ")[1].rstrip(")")
     status, answered = _check(["--engine", named, "--cmd", command])
     assert status != 2 and answered["release"] == named, answered
+
+
+@pytest.mark.engine
+def test_with_no_release_named_an_older_release_whose_parser_takes_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs' STANDALONE launch uses --cuda-graph-max-bs, which the newest sglang's argparse finds
+    ambiguous: with no release named (and none installed here) it is answered under an older release
+    whose own parser takes it, the first line saying so and quoting the newest's refusal; asked for
+    with --engine, the newest release's reading stands (exit 2)."""
+    from workbench.engines import releases
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(Path(__file__).parent / "data" / "hf_cache" / "hub"))
+    assert release_choice.installed("sglang") is None  # the premise
+    newest = releases.newest("sglang")
+    command = str(_record("sglang-docs-spec-standalone-qwen25-7b")["command"])
+    status, strict = _check(["--engine", newest, "--cmd", command])
+    assert status == 2 and "ambiguous option: --cuda-graph-max-bs" in str(strict["message"])
+    status, answered = _check(["--cmd", command])
+    assert status in (0, 1, 3) and answered["release"] != newest, answered
+    assert str(answered["refused_by_newest"]).startswith(f"{newest}: ambiguous option: --cuda-graph-max-bs")
+    assert f"the newest listed, {newest}, refuses it: ambiguous option" in str(answered["release_reason"])
+    out = io.StringIO()
+    cli.main(["check", "--cmd", command], out)
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith(f"workbench check: {answered['release']} (the newest release whose own parser accepts") and newest in first

@@ -37,6 +37,7 @@ class Choice:
     reason: str  # why this one: "--engine", "installed here", "the newest listed"
     buffers: str  # the release whose buffer data the rows take
     notes: tuple[str, ...]  # substitutions, one line each
+    instead_of: str = ""  # the newest release and its parser's refusal, when an older one answers in its place
 
     @property
     def line(self) -> str:

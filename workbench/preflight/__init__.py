@@ -30,7 +30,7 @@ from typing import IO
 
 from workbench import backends
 from workbench.backends.base import TableBackend
-from workbench.engines import gpus, release_choice, wheels
+from workbench.engines import gpus, release_choice, releases, wheels
 from workbench.engines.launch_adapters import ADAPTERS, REJECTED, RESOLVED, UNLOADABLE, Gpu, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.launch_service import STDERR, Stderr, progress_stream
 from workbench.preflight import other_releases, outside
@@ -352,6 +352,14 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
                            UNDECIDED, f"UNDECIDED: {_outside_line([u.text for u in outside.in_refusal(uses, resolution.message)])}"
                            " (the engine refuses the text as written)")
     outside_note = (f"set outside the command: {', '.join(u.text for u in uses)}",) if uses else ()
+    if resolution.status == REJECTED and resolution.rejected_by == "parser" and suggest and engine is None \
+            and release_choice.installed(parsed.engine) is None and choice.release == releases.newest(parsed.engine):
+        # no release named, none installed: the command most likely runs on a release of its day
+        older = _under_older_release(command, parsed, choice, resolution, chosen_gpu, model_config=model_config,
+                                     draft_model_config=draft_model_config, overshoot=overshoot, gpu=gpu, device=device,
+                                     owner=owner, progress=progress, launch=launch)
+        if older is not None:
+            return older
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
@@ -395,6 +403,30 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     if passing:
         verdict += f" [set outside the command, changing no modelled buffer: {', '.join(passing)}]"
     return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes, *passed), status, verdict)
+
+
+def _under_older_release(command: str | Sequence[str], parsed: LaunchCommand, choice: release_choice.Choice,
+                         resolution: Resolution, chosen_gpu: Gpu, *, model_config: str | None,
+                         draft_model_config: str | None, overshoot: int | None, gpu: str | None, device: str | None,
+                         owner: bool, progress: IO[str] | None | Stderr, launch: int) -> CheckResult | None:
+    """The command answered under the newest older release whose own parser accepts it (its
+    parser and resolution, asked in its engine process), the first line saying so and what the
+    newest release refuses; None when no release asked accepts it (the newest's refusal stands)."""
+    if release_choice.refusal(choice.release, parsed.argv) is None:
+        return None  # what the newest refused is out of the learned parsers' sight: no walk on their strength
+    ask = functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress,
+                            draft_model_config=draft_model_config)
+    walk = other_releases.first_accepting(release_choice.older_releases(parsed.engine, parsed.argv, before=choice.release),
+                                          ask)
+    if walk.release is None:
+        return None
+    refusal = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())[:300]
+    answered = _check(command, engine=walk.release, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
+                      owner=owner, progress=progress, suggest=False, launch=launch, draft_model_config=draft_model_config)
+    reason = (f"the newest release whose own parser accepts the command, no release named and none installed here; "
+              f"the newest listed, {choice.release}, refuses it: {refusal}")
+    return dataclasses.replace(answered, choice=dataclasses.replace(answered.choice, reason=reason,
+                                                                    instead_of=f"{choice.release}: {refusal}"))
 
 
 def _outside_line(values: Sequence[str]) -> str:

@@ -84,6 +84,7 @@ def to_json(result: CheckResult) -> dict[str, object]:
     out: dict[str, object] = {
         "engine": result.choice.asked, "release": result.choice.release, "release_reason": result.choice.reason,
         "buffer_release": result.choice.buffers, "substitutions": list(result.choice.notes),
+        "refused_by_newest": result.choice.instead_of or None,
         "command": result.command.text, "program": result.command.program, "wrappers": list(result.command.wrappers),
         "notes": list(result.notes), "status": result.status, "verdict": result.verdict,
     }
