@@ -89,7 +89,8 @@ def test_with_no_release_named_an_older_release_whose_parser_takes_it_answers(mo
     assert status == 2 and "ambiguous option: --cuda-graph-max-bs" in str(strict["message"])
     status, answered = _check(["--cmd", command])
     assert status in (0, 1, 3) and answered["release"] != newest, answered
-    assert str(answered["refused_by_newest"]).startswith(f"{newest}: ambiguous option: --cuda-graph-max-bs")
+    assert str(answered["refused_by_newest"]).startswith(f"{newest} refuses the command (its parser): ambiguous option: "
+                                                         "--cuda-graph-max-bs")
     assert f"the newest listed, {newest}, refuses it: ambiguous option" in str(answered["release_reason"])
     out = io.StringIO()
     cli.main(["check", "--cmd", command], out)

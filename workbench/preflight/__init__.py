@@ -426,7 +426,8 @@ def _under_older_release(command: str | Sequence[str], parsed: LaunchCommand, ch
     reason = (f"the newest release whose own parser accepts the command, no release named and none installed here; "
               f"the newest listed, {choice.release}, refuses it: {refusal}")
     return dataclasses.replace(answered, choice=dataclasses.replace(answered.choice, reason=reason,
-                                                                    instead_of=f"{choice.release}: {refusal}"))
+                                                                    instead_of=f"{choice.release} refuses the command "
+                                                                               f"(its parser): {refusal}"))
 
 
 def _outside_line(values: Sequence[str]) -> str:
