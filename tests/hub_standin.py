@@ -64,9 +64,10 @@ class StandInHub:
         path = unquote(urlsplit(request.path).path)
         self.requests.append((request.command, path))
         parts = path.strip("/").split("/")
-        if len(parts) < 5 or parts[2] != "resolve":
+        at = parts.index("resolve") if "resolve" in parts[1:3] else -1  # org/name, or a legacy id without org (gpt2)
+        if at < 1 or len(parts) < at + 3:
             return self._error(request, 404, "RepoNotFound", "no such route on the stand-in hub")
-        repo, revision, filename = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
+        repo, revision, filename = "/".join(parts[:at]), parts[at + 1], "/".join(parts[at + 2:])
         folder = self.folder / f"models--{repo.replace('/', '--')}"
         if not folder.is_dir():
             return self._error(request, 401, "RepoNotFound", f"Repository Not Found for url: {path}")
