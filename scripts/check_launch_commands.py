@@ -4,7 +4,11 @@
         [--repeat N] [--tries N] [--json OUT.json] [--follow-advice]
 
 The model configs are read from the data set's Hugging Face cache (``HF_HUB_CACHE`` defaults to
-``tests/data/hf_cache/hub``). Each command is checked under the release its source names, else
+``tests/data/hf_cache/hub``), offline (``HF_HUB_OFFLINE=1``: nothing is fetched, nothing written
+there). ``--hub`` instead starts a stand-in hub on 127.0.0.1 (``tests/hub_standin.py``) serving
+the configs the data set has, and checks with an empty Hugging Face cache, as a user who has
+downloaded no model would: the check fetches each model's config files from that hub (never
+weights; the run says whether any weights file was asked for). Each command is checked under the release its source names, else
 the default, else (when that release's parser refuses it) the newest older release whose own
 parser accepts it, asking at most ``--tries`` releases that their learned parsers do not rule out
 (``workbench.preflight.batch``). Prints one line per command (and, under it, what was said of the
@@ -48,8 +52,34 @@ def main() -> int:
     parser.add_argument("--json", help="write the outcomes here")
     parser.add_argument("--follow-advice", action="store_true",
                         help="check a command whose local model directory is missing again with its hub model's config")
+    parser.add_argument("--hub", action="store_true",
+                        help="serve the data set's configs from a stand-in hub on 127.0.0.1 and check with an empty cache")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_CACHE", str(ROOT / "tests" / "data" / "hf_cache" / "hub"))
+    if not args.hub:
+        os.environ.setdefault("HF_HUB_CACHE", str(DATA_CACHE))
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        return _run(args)
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from hub_standin import StandInHub  # type: ignore[import-not-found]  # tests/, put on the path above
+
+    with tempfile.TemporaryDirectory(prefix="workbench-hf-cache-") as cache, StandInHub(DATA_CACHE) as hub:
+        os.environ.update({"HF_HUB_CACHE": cache, "HF_ENDPOINT": hub.url})
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            os.environ.pop(name, None)
+        status = _run(args)
+        weights = [f for f in hub.asked_files() if f.endswith((".safetensors", ".bin", ".pt", ".pth", ".gguf"))]
+        asked = hub.asked_files()
+        print(f"stand-in hub: {len(hub.requests)} requests, {len(asked)} file requests "
+              f"({len(set(asked))} distinct names: {', '.join(sorted(set(asked)))}); weights files asked for: {len(weights)}")
+        return status
+
+
+DATA_CACHE = ROOT / "tests" / "data" / "hf_cache" / "hub"
+
+
+def _run(args: argparse.Namespace) -> int:
     from workbench.preflight.batch import TRIES, check_all
 
     records = [json.loads(line) for line in Path(args.data).read_text().splitlines() if line.strip()]
@@ -71,6 +101,9 @@ def main() -> int:
             print(f"{'':<64}walk: {line[:160]}")
     counts = Counter(o.status for o in outcomes)
     answered = sum(counts[s] for s in (0, 1, 3))
+    decided = counts[0] + counts[1]
+    print(f"\n{'stand-in hub, empty cache' if args.hub else 'offline, the data set cache'}: {len(outcomes)} commands: "
+          f"{decided} decided (exit 0 or 1), {answered} answered (exit 0, 1 or 3), {counts[2]} refused (exit 2)")
     print(f"\n{len(outcomes)} commands: {answered} answered ({100 * answered / max(len(outcomes), 1):.0f}%: "
           f"{counts[0]} safe, {counts[1]} fail, {counts[3]} undecided), {counts[2]} refused (exit 2); "
           f"{sum(1 for o in outcomes if o.refused_by_default)} answered under another release than the default or the "

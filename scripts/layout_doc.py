@@ -1,7 +1,9 @@
 """Print the code's layout as docs/layout.md shows it: every package of ``workbench/`` with the first
 line of what its ``__init__`` says it holds, and every module with the first line of its docstring.
 
-    python scripts/layout_doc.py > /tmp/layout.txt     (tests/test_layout_doc.py compares docs/layout.md)
+    python scripts/layout_doc.py            print the tree
+    python scripts/layout_doc.py --write    put it in docs/layout.md, in place of the tree there
+                                            (tests/test_layout_doc.py compares the two)
 
 Generated from the modules' own docstrings, so the page cannot drift from the tree: a module moved,
 added or removed changes the page the next time it is generated, and the test says so until then.
@@ -44,5 +46,16 @@ def block() -> str:
     return "```\nworkbench/\n" + "\n".join("  " + line for line in layout()) + "\n```\n"
 
 
+def write(page: Path = ROOT / "docs" / "layout.md") -> None:
+    """Replace the page's tree (the code block that starts with ``workbench/``) with the current one."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index("```\nworkbench/\n")
+    end = text.index("```\n", start + 4) + 4
+    page.write_text(text[:start] + block() + text[end:], encoding="utf-8")
+
+
 if __name__ == "__main__":
-    sys.stdout.write(block())
+    if sys.argv[1:] == ["--write"]:
+        write()
+    else:
+        sys.stdout.write(block())

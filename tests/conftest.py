@@ -30,6 +30,11 @@ def _one_torch_thread() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    import os
+
+    # No test reaches the internet: a check fetches a hub model's config files unless told offline.
+    # The tests of that fetch unset this and point HF_ENDPOINT at a stand-in hub on 127.0.0.1.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Registered here rather than in pyproject.toml so that adding them does not re-run set-up.
     config.addinivalue_line("markers", "engine: runs a released engine's code (fetched once into the cache); "
                                        "deselect offline with -m 'not engine'")

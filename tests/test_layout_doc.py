@@ -20,7 +20,7 @@ def _generator() -> object:
 def test_the_page_holds_the_generated_tree() -> None:
     block = _generator().block()  # type: ignore[attr-defined]
     page = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
-    assert block in page, "docs/layout.md differs from the tree: .venv/bin/python scripts/layout_doc.py prints it"
+    assert block in page, "docs/layout.md differs from the tree: .venv/bin/python scripts/layout_doc.py --write puts it there"
 
 
 def test_every_module_of_the_package_is_on_it() -> None:

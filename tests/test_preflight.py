@@ -483,7 +483,7 @@ def test_allow_unknown_is_gone() -> None:
 
 
 @sglang
-def test_the_preflight_box_redraws_on_change() -> None:
+def test_the_preflight_box_redraws_on_change(monkeypatch: pytest.MonkeyPatch) -> None:
     from workbench.present.preflight_box import check_text, preflight_box
 
     assert check_text(ASCEND, PRE_ASCEND)[0] == 1
@@ -503,6 +503,7 @@ def test_the_preflight_box_redraws_on_change() -> None:
     assert "exit status 0" in _settled(box)
     with pytest.raises(PreflightError, match="'sglang==0.0.0' is not a version a check can run"):
         preflight_box(ASCEND, "sglang==0.0.0")
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # a release not listed is asked of the index: none here
     assert check_text(ASCEND, "sglang==0.0.0")[1].startswith("error: --engine: 'sglang==0.0.0' is not a listed release")
 
 

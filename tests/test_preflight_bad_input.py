@@ -92,7 +92,10 @@ def _check(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
 
 @pytest.mark.parametrize("argv, expected", [
     pytest.param(a, e, id=name, marks=[pytest.mark.engine] if a[:2] in (E, V) else []) for name, a, e in CASES])
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: list[str], capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    if "sglang==9.9.9" in argv:  # a release not listed is asked of the package index: none on this port, no internet
+        monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     status, out, err = _check(argv, capsys)
     assert status == 2, out
     assert out == ""  # nothing printed as if it had run
@@ -164,3 +167,49 @@ def test_a_check_option_after_the_separator_is_the_engines_to_refuse(capsys: pyt
     # 0.5.23's argparse takes --engine as an abbreviation of --engine-info-bootstrap-port
     assert status == 2 and "argument --engine-info-bootstrap-port: invalid int value: 'sglang==0.5.23'" in err
     assert "--engine is an option of workbench check: put it before --" in err
+
+
+def _record(name: str) -> str:
+    """A real launch command of the data set (tests/data/launch_commands.jsonl), as published."""
+    import json
+
+    path = Path(__file__).parent / "data" / "launch_commands.jsonl"
+    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    command: str = next(r["command"] for r in found if r["id"] == name)
+    return command
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name, engine, by, message", [
+    # the data set's notes quote each release's own message (parsed with its argparse, or its start-up check)
+    ("sglang-docs-spec-eagle2-llama2-7b", "sglang==0.5.23", "parser",
+     "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+    ("sglang-issue-34260-kimi-k3-hf-snapshot-path-unquoted-json", "sglang==0.5.23", "parser",
+     "unrecognized arguments: true,num_threads: 4}"),
+    # a start-up check's refusal (the message is in the wheel's source: test_sglang_start_up_refusals_are_in_its_source)
+    ("", "sglang==0.5.23", None, "User-specified context_length (1000000) is greater than the derived context_length (40960)"),
+])
+def test_json_prints_one_object_when_the_engine_refuses(name: str, engine: str, by: str | None, message: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one JSON object for a refusal too: status 2, the release, what refused the
+    command (its parser, or the engine function that raised) and the engine's own message."""
+    import json
+
+    command = _record(name) if name else SG + " --context-length 1000000"
+    status, out, err = _check(["--engine", engine, "--json", "--cmd", command], capsys)
+    assert status == 2 and "Traceback" not in err
+    data = json.loads(out)  # one object, nothing else on stdout
+    assert data["status"] == 2 and data["release"] == engine and message in data["message"]
+    assert data["error"].startswith(f"{engine} refuses the command") and message in data["error"]
+    if by is not None:
+        assert data["refused_by"] == by
+    else:  # a start-up check: the engine function that raised, module.qualname
+        assert data["refused_by"] not in ("", "parser") and "." in data["refused_by"]
+
+
+def test_json_prints_one_object_for_the_checks_own_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    status, out, _ = _check(["--json", "--gpu", "no-such-gpu", "--cmd", SG], capsys)
+    data = json.loads(out)
+    assert status == 2 and data["status"] == 2 and "no-such-gpu" in data["error"] and "refused_by" not in data

@@ -244,9 +244,18 @@ def test_no_release_is_named_for_a_refusal_the_learned_parsers_cannot_see() -> N
     release whose learned parser takes it would send the user to a release that refuses it too."""
     from workbench.preflight import _parser_hint
     from workbench.preflight.command import parse_command
+    from workbench.preflight.other_releases import Asked
+
+    asked: list[str] = []
+
+    def ask(release: str) -> Asked[object]:  # no engine process here: only learned parsers may be read
+        asked.append(release)
+        return Asked(False, None, f"{release} refuses it too")
 
     parsed = parse_command("vllm serve org/m --max-model-len 1010000 ...")
     assert release_choice.refusal("vllm==0.34.0", parsed.argv) is None  # the premise: it sees no refusal
-    assert "cannot tell which release would take what it refused" in _parser_hint(parsed, "vllm==0.34.0", asked=False)
+    assert "cannot tell which release would take what it refused" in _parser_hint(parsed, "vllm==0.34.0", asked=False,
+                                                                                  ask=ask)
     unknown = parse_command("vllm serve org/m --no-such-option-anywhere 1")
-    assert _parser_hint(unknown, "vllm==0.34.0", asked=False) == ""  # no release has the option: none named
+    assert _parser_hint(unknown, "vllm==0.34.0", asked=False, ask=ask) == ""  # no release has the option: none named
+    assert asked == []  # and none was asked

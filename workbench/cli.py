@@ -261,6 +261,9 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-config", dest="model_config", metavar="CONFIG.json",
                         help="the model's config.json, when the model is neither a local directory nor in the "
                              "Hugging Face cache; nothing is downloaded")
+    parser.add_argument("--draft-model-config", dest="draft_model_config", metavar="CONFIG.json",
+                        help="the draft model's config.json (a speculative launch's --speculative-draft-model-path, or "
+                             "vLLM's --speculative-config model), as --model-config is the target's")
     parser.add_argument("--overshoot", type=int,
                         help="committed tokens a step may carry past the scheduler's cap (default: the version's, SGLang 2)")
     parser.add_argument("--gpu", help="the GPU the engine picks defaults for (data/gpus.json; default h100, or 910b "
@@ -268,13 +271,44 @@ def _add_check_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launch", type=int, metavar="K", dest="launch_number",
                         help="check only the K-th launch of a text holding several (default: each, the worst status)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--offline", action="store_true",
+                        help="fetch nothing from the Hugging Face hub (as HF_HUB_OFFLINE=1); by default the config "
+                             "files of a hub model not in the cache are fetched into it (never weights)")
 
 
 def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
+    """``workbench check``; with ``--json`` bad input too is one JSON object on stdout (status 2, the
+    one line, and for the engine's refusal its message and the function that refused), so that a
+    script reading the output always gets an object; the line goes to stderr as without ``--json``."""
+    if not args.json:
+        return _check_command(args, device, out)
+    from workbench.preflight.format import format_error_json
+
+    try:
+        return _check_command(args, device, out)
+    except (BadInput, ValueError) as err:  # PreflightError is a ValueError
+        out.write(format_error_json(err) + "\n")
+        print(f"workbench: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _check_command(args: argparse.Namespace, device: str, out: IO[str]) -> int:
     from workbench.preflight import check, check_launches
     from workbench.preflight.command import parse_commands
     from workbench.preflight.format import format_json, format_launches_json, format_launches_text, format_text
 
+    if args.offline:  # read by the check's hub look-up as huggingface_hub reads it; restored after (a caller's process)
+        import os
+
+        before = os.environ.get("HF_HUB_OFFLINE")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        try:
+            return _check_command(argparse.Namespace(**{**vars(args), "offline": False}), device, out)
+        finally:
+            if before is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = before
     launch = args.launch[1:] if args.launch[:1] == ["--"] else args.launch
     sources = [bool(launch), args.cmd is not None, args.from_file is not None]
     if sum(sources) != 1:
@@ -288,7 +322,8 @@ def _check(args: argparse.Namespace, device: str, out: IO[str]) -> int:
                 command = stream.read()
         except OSError as err:
             raise BadInput(f"--from-file: cannot read {args.from_file!r} ({err.strerror})") from None
-    options = {"engine": args.engine, "model_config": args.model_config, "overshoot": args.overshoot, "gpu": args.gpu,
+    options = {"engine": args.engine, "model_config": args.model_config, "draft_model_config": args.draft_model_config,
+               "overshoot": args.overshoot, "gpu": args.gpu,
                "device": device, "owner": False}
     if args.launch_number is not None or parse_commands(command)[0].launches == 1:
         result = check(command, launch=args.launch_number or 1, **options)

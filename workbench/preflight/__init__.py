@@ -25,20 +25,22 @@ analysis and ``model``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 from workbench import backends
 from workbench.backends.base import TableBackend
 from workbench.engines.commands import release_choice
-from workbench.engines.commands.adapters import ADAPTERS, REJECTED, RESOLVED, LaunchRequest, Resolution, platform_plugin
+from workbench.engines.commands.adapters import ADAPTERS, REJECTED, RESOLVED, UNLOADABLE, LaunchRequest, Resolution, platform_plugin
 from workbench.engines.commands.launch_service import STDERR, Stderr, progress_stream
-from workbench.engines.store import gpus, wheels
+from workbench.engines.store import gpus, releases, wheels
 from workbench.engines.store.gpus import Gpu
-from workbench.preflight.command import LaunchCommand, PreflightError, parse_commands
+from workbench.preflight import other_releases, outside
+from workbench.preflight.command import LaunchCommand, PreflightError, Refused, parse_commands
 from workbench.preflight.deployment import Deployment, NotModelled, ResolveContext
 from workbench.preflight.rows import (
     Row,
@@ -55,8 +57,11 @@ from workbench.preflight.rows import (
 SAFE, FAILS, BAD_INPUT, UNDECIDED = 0, 1, 2, 3
 MESSAGE_CHARS = 1200  # an engine's message past this (a list of every architecture it knows) is cut
 # workbench check's own options: in the engine's part of a command they are a misplaced option
-CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--overshoot", "--gpu", "--cmd", "--from-file", "--launch")
-LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
+CHECK_OPTIONS = ("--engine", "--json", "--model-config", "--draft-model-config",
+                 "--overshoot", "--gpu", "--cmd", "--from-file", "--launch", "--offline")
+# where the user's Hugging Face cache is, and whether and where its config files may be fetched (model_lookup)
+LOOKUP_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "HF_HUB_OFFLINE",
+                    "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "HF_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,8 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
 
 
 def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
-                      owner: bool = True, progress: IO[str] | None | Stderr = STDERR) -> Resolution:
+                      owner: bool = True, progress: IO[str] | None | Stderr = STDERR,
+                      draft_model_config: str | None = None) -> Resolution:
     """The release's own reading of the command, from its engine process."""
     from workbench.engines.commands import launch_service
 
@@ -153,7 +159,8 @@ def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu
     try:
         install = _install(choice.release, progress)
         request = LaunchRequest(choice.release, command.program, command.argv, command.env, gpu, model_config,
-                                {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd())
+                                {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd(),
+                                draft_model_config)
         return launch_service.resolve(request, install, owner=owner, progress=progress)
     except (wheels.FetchError, launch_service.EngineUnavailable) as err:
         return Resolution(choice.release, "unloadable", str(err))
@@ -248,16 +255,18 @@ def _run_rows(deployment: Deployment, device: str) -> tuple[list[Row], list[str]
 
 def resolve(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
             overshoot: int | None = None, gpu: str | None = None, owner: bool = True,
-            progress: IO[str] | None | Stderr = STDERR, launch: int = 1) -> Deployment | None:
+            progress: IO[str] | None | Stderr = STDERR, launch: int = 1,
+            draft_model_config: str | None = None) -> Deployment | None:
     """The deployment ``command`` resolves to (no rows run); None when the check is undecided
     before the rows (a model not on this machine, a release that cannot run here)."""
     return _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=None,
-                  owner=owner, progress=progress, launch=launch).deployment
+                  owner=owner, progress=progress, launch=launch, draft_model_config=draft_model_config).deployment
 
 
 def check(command: str | Sequence[str], *, engine: str | None = None, model_config: str | None = None,
           overshoot: int | None = None, gpu: str | None = None, device: str = "cpu", owner: bool = True,
-          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True, launch: int = 1) -> CheckResult:
+          progress: IO[str] | None | Stderr = STDERR, suggest: bool = True, launch: int = 1,
+          draft_model_config: str | None = None) -> CheckResult:
     """Read ``command`` with its release's own code and run every row; ``device`` is where the
     probes' tensors live. PreflightError: bad input, the engine's refusal included (one line).
     ``launch``: which launch of a text holding several (from 1); a note names the others.
@@ -268,7 +277,7 @@ def check(command: str | Sequence[str], *, engine: str | None = None, model_conf
     release's parser names another release to try (learned parsers); False for a caller walking the
     releases itself."""
     result = _check(command, engine=engine, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
-                    owner=owner, progress=progress, suggest=suggest, launch=launch)
+                    owner=owner, progress=progress, suggest=suggest, launch=launch, draft_model_config=draft_model_config)
     parsed = result.command
     if parsed.launches == 1:
         return result
@@ -321,7 +330,7 @@ def check_launches(command: str | Sequence[str], **options: object) -> LaunchesR
 
 def _check(command: str | Sequence[str], *, engine: str | None, model_config: str | None, overshoot: int | None,
            gpu: str | None, device: str | None, owner: bool, progress: IO[str] | None | Stderr,
-           suggest: bool = True, launch: int = 1) -> CheckResult:
+           suggest: bool = True, launch: int = 1, draft_model_config: str | None = None) -> CheckResult:
     """``check``; ``device`` None stops before the rows."""
     found = parse_commands(command)
     if not 1 <= launch <= len(found):
@@ -330,6 +339,9 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
     parsed = found[launch - 1]
     if model_config is not None and not os.path.isfile(model_config):
         raise PreflightError(f"--model-config: cannot read {model_config!r} (no such file; give the model's config.json)")
+    if draft_model_config is not None and not os.path.isfile(draft_model_config):
+        raise PreflightError(f"--draft-model-config: cannot read {draft_model_config!r} (no such file; give the draft "
+                             "model's config.json)")
     if parsed.engine not in ADAPTERS:
         raise PreflightError(f"command: {parsed.engine} has no launch adapter on this checkout (have: {', '.join(ADAPTERS)})")
     chosen_gpu, gpu_reason = pick_gpu(parsed, gpu)
@@ -337,17 +349,30 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
         choice = release_choice.choose(parsed.engine, engine, platform_plugin(parsed.engine, chosen_gpu.platform))
     except ValueError as err:
         raise PreflightError(str(err)) from None
-    outside = unset_variables(parsed)
-    if outside:
-        return CheckResult(parsed, choice, None, (), (), UNDECIDED,
-                           f"UNDECIDED: the command uses {', '.join(outside)}, set outside it (a shell variable or a "
-                           "placeholder): give the values in their place")
-    resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress)
+    uses = outside.option_words(parsed.argv, unset_variables(parsed))
+    resolution = engine_resolution(parsed, choice, chosen_gpu, model_config, owner=owner, progress=progress,
+                                   draft_model_config=draft_model_config)
+    if resolution.status == REJECTED and outside.in_refusal(uses, resolution.message):  # the value as written refused
+        first = next((line.strip() for line in resolution.message.splitlines() if line.strip()), "")
+        return CheckResult(parsed, choice, None, (), (f"{choice.release}'s answer to the text as written: {first[:300]}",),
+                           UNDECIDED, f"UNDECIDED: {_outside_line([u.text for u in outside.in_refusal(uses, resolution.message)])}"
+                           " (the engine refuses the text as written)")
+    outside_note = (f"set outside the command: {', '.join(u.text for u in uses)}",) if uses else ()
+    if resolution.status == REJECTED and resolution.rejected_by == "parser" and suggest and engine is None \
+            and release_choice.installed(parsed.engine) is None and choice.release == releases.newest(parsed.engine):
+        # no release named, none installed: the command most likely runs on a release of its day
+        older = _under_older_release(command, parsed, choice, resolution, chosen_gpu, model_config=model_config,
+                                     draft_model_config=draft_model_config, overshoot=overshoot, gpu=gpu, device=device,
+                                     owner=owner, progress=progress, launch=launch)
+        if older is not None:
+            return older
     if resolution.status == REJECTED:
         by = "its parser" if resolution.rejected_by == "parser" else resolution.rejected_by
         hint = ""
         if resolution.rejected_by == "parser" and suggest:
-            hint = _parser_hint(parsed, choice.release, asked=engine is not None)
+            hint = _parser_hint(parsed, choice.release, asked=engine is not None,
+                                ask=functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress,
+                                                      draft_model_config=draft_model_config))
         misplaced = [w for w in parsed.argv if w.split("=", 1)[0] in CHECK_OPTIONS]
         if misplaced:
             hint += f" ({misplaced[0].split('=', 1)[0]} is an option of workbench check: put it before --)"
@@ -359,42 +384,112 @@ def _check(command: str | Sequence[str], *, engine: str | None, model_config: st
             hint += f" (read as docker runs it: {entrypoint})"
         message = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())  # one line
         message = message if len(message) <= MESSAGE_CHARS else message[:MESSAGE_CHARS] + " [...]"
+        if uses:  # a refusal about something else: it stands, and the values are named
+            hint += f" (the command also uses {', '.join(u.text for u in uses)}, set outside it)"
         which = f"launch {parsed.position} of {parsed.launches}: " if parsed.launches > 1 else ""
-        raise PreflightError(f"{which}{choice.release} refuses the command ({by}): {message}{hint}")
+        raise Refused(f"{which}{choice.release} refuses the command ({by}): {message}{hint}", release=choice.release,
+                      by=resolution.rejected_by, message=message, hint=hint.strip())
     if resolution.status != RESOLVED:  # no settings to show the GPU among: a note says which and why
-        return CheckResult(parsed, choice, None, (), (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})"),
+        return CheckResult(parsed, choice, None, (),
+                           (*resolution.notes, f"gpu: {chosen_gpu.name} ({gpu_reason})", *outside_note),
                            UNDECIDED, f"UNDECIDED: {resolution.message}")
     try:
         deployment = _deployment(parsed, choice, resolution, chosen_gpu, gpu_reason, overshoot)
     except NotModelled as err:
-        return CheckResult(parsed, choice, None, (), tuple(resolution.notes), UNDECIDED, f"UNDECIDED: {err}")
+        return CheckResult(parsed, choice, None, (), (*resolution.notes, *outside_note), UNDECIDED, f"UNDECIDED: {err}")
+    blocking, passing = outside.reaching(uses, deployment.flags, deployment.settings)
+    if blocking:
+        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED,
+                           f"UNDECIDED: {_outside_line(blocking)}")
+    passed = (f"set outside the command, changing no modelled buffer (read as written): {', '.join(passing)}",) if passing else ()
     if device is None:
-        return CheckResult(parsed, choice, deployment, (), deployment.notes, UNDECIDED, "not checked: resolved only")
+        return CheckResult(parsed, choice, deployment, (), (*deployment.notes, *passed), UNDECIDED,
+                           "not checked: resolved only")
     rows, notes, status, verdict = _run_rows(deployment, device)
-    return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes), status, verdict)
+    if passing:
+        verdict += f" [set outside the command, changing no modelled buffer: {', '.join(passing)}]"
+    return CheckResult(parsed, choice, deployment, tuple(rows), (*deployment.notes, *notes, *passed), status, verdict)
 
 
-def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool) -> str:
-    """Which release to try when ``release``'s parser refuses the command, from the learned parsers:
-    for a release the user asked for, the oldest newer one that takes it (the command may use an
-    option or value added later), else the newest older one; for the default, the newest older one.
+def _under_older_release(command: str | Sequence[str], parsed: LaunchCommand, choice: release_choice.Choice,
+                         resolution: Resolution, chosen_gpu: Gpu, *, model_config: str | None,
+                         draft_model_config: str | None, overshoot: int | None, gpu: str | None, device: str | None,
+                         owner: bool, progress: IO[str] | None | Stderr, launch: int) -> CheckResult | None:
+    """The command answered under the newest older release whose own parser accepts it (its
+    parser and resolution, asked in its engine process), the first line saying so and what the
+    newest release refuses; None when no release asked accepts it (the newest's refusal stands)."""
+    if release_choice.refusal(choice.release, parsed.argv) is None:
+        return None  # what the newest refused is out of the learned parsers' sight: no walk on their strength
+    ask = functools.partial(ask_parser, parsed, chosen_gpu, model_config, owner, progress,
+                            draft_model_config=draft_model_config)
+    walk = other_releases.first_accepting(release_choice.older_releases(parsed.engine, parsed.argv, before=choice.release),
+                                          ask)
+    if walk.release is None:
+        return None
+    refusal = "; ".join(line.strip() for line in resolution.message.splitlines() if line.strip())[:300]
+    answered = _check(command, engine=walk.release, model_config=model_config, overshoot=overshoot, gpu=gpu, device=device,
+                      owner=owner, progress=progress, suggest=False, launch=launch, draft_model_config=draft_model_config)
+    reason = (f"the newest release whose own parser accepts the command, no release named and none installed here; "
+              f"the newest listed, {choice.release}, refuses it: {refusal}")
+    return dataclasses.replace(answered, choice=dataclasses.replace(answered.choice, reason=reason,
+                                                                    instead_of=f"{choice.release} refuses the command "
+                                                                               f"(its parser): {refusal}"))
 
-    A learned parser holds option strings and choices, not how many words each option takes nor
-    what a JSON value's fields may be: when ``release``'s own learned parser takes the command, what
-    its parser refused (a stray word, a field of a config) is out of the learned data's sight, and
-    no other release is named on its strength."""
+
+def _outside_line(values: Sequence[str]) -> str:
+    return (f"the command uses {', '.join(values)}, set outside it (a shell variable or a placeholder): give the "
+            "values in their place")
+
+
+def _parser_hint(parsed: LaunchCommand, release: str, *, asked: bool,
+                 ask: Callable[[str], other_releases.Asked[Resolution]]) -> str:
+    """Which release to try when ``release``'s parser refuses the command: for a release the user
+    asked for, the oldest newer one whose own parser accepts it (the command may use an option or
+    value added later), else the newest older one; for the default, the newest older one.
+
+    The learned parsers only rule releases out (``other_releases``): a release is named once its own
+    parser, asked through ``ask``, has accepted the command. When ``release``'s own learned parser
+    takes the command, what its parser refused (a stray word, a field of a JSON value) is out of the
+    learned data's sight, and no other release is asked on its strength."""
     if release_choice.refusal(release, parsed.argv) is None:
         return (" (its learned parser takes every option and choice of the command, so the learned parsers cannot "
                 "tell which release would take what it refused: a stray word or a field of a JSON value; "
                 "workbench check --engine NAME==VERSION asks a release's own parser)")
-    newer = release_choice.oldest_newer_taking(parsed.engine, parsed.argv, after=release) if asked else None
-    if newer:
-        return (f" (the oldest newer release whose learned parser takes its options and their values: {newer}; "
-                f"workbench check --engine {newer})")
-    older = release_choice.newest_taking(parsed.engine, parsed.argv, before=release)
-    return (f" (the newest older release whose learned parser takes its options and their values: {older}; "
-            f"workbench check --engine {older})") if older else ""
+    walks = []
+    if asked:
+        walks.append(("the oldest newer release", release_choice.newer_releases(parsed.engine, parsed.argv, after=release)))
+    walks.append(("the newest older release", release_choice.older_releases(parsed.engine, parsed.argv, before=release)))
+    refusing: list[str] = []
+    for which, candidates in walks:
+        walk = other_releases.first_accepting(candidates, ask)
+        if walk.release is not None:
+            return (f" ({which} whose own parser accepts the command: {walk.release}; "
+                    f"workbench check --engine {walk.release})")
+        refusing += walk.asked
+    if refusing:
+        return (f" (the releases whose learned parsers take its options refuse it too, by their own parsers: "
+                f"{', '.join(refusing)})")
+    return ""
 
 
-__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "check",
+def ask_parser(parsed: LaunchCommand, gpu: Gpu, model_config: str | None, owner: bool,
+               progress: IO[str] | None | Stderr, release: str, *,
+               draft_model_config: str | None = None) -> other_releases.Asked[Resolution]:
+    """``release``'s own parser and resolution on the command, from its engine process: accepted
+    unless its parser refused it; not asked when its engine process could not start."""
+    try:
+        choice = release_choice.choose(parsed.engine, release, platform_plugin(parsed.engine, gpu.platform))
+    except ValueError as err:
+        return other_releases.Asked(False, None, f"{release}: not asked ({err})", asked=False)
+    resolution = engine_resolution(parsed, choice, gpu, model_config, owner=owner, progress=progress,
+                                   draft_model_config=draft_model_config)
+    if resolution.status == UNLOADABLE:
+        return other_releases.Asked(False, None, f"{release}: not asked ({resolution.message})", asked=False)
+    if resolution.status == REJECTED and resolution.rejected_by == "parser":
+        first = next((line.strip() for line in resolution.message.splitlines() if line.strip()), "")
+        return other_releases.Asked(False, None, f"{release} refuses it too (its parser): {first[:200]}")
+    return other_releases.Asked(True, resolution, "")
+
+
+__all__ = ["BAD_INPUT", "FAILS", "SAFE", "UNDECIDED", "CheckResult", "LaunchesResult", "PreflightError", "Refused", "check",
            "check_launches", "combined_status", "launches_verdict", "pick_gpu", "resolve", "vllm_backends"]

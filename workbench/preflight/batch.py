@@ -106,6 +106,8 @@ def _check_launch(record: Mapping[str, Any], text: str, parsed: LaunchCommand, t
     named = _listed(parsed.engine, record.get("release"))
     status, verdict, result = _answer(text, named, **options)
     release, why, refused = (named or (result.choice.release if result else "")), "named by the source" if named else "default", ""
+    if result is not None and result.choice.instead_of:  # the check itself answered under an older release
+        why, refused = ACCEPTED_OLDER, result.choice.instead_of
     older: tuple[str, ...] = ()
     if _refused_by_parser(status, verdict):
         if named is None:

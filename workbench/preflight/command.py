@@ -35,6 +35,19 @@ class PreflightError(ValueError):
     """Input a check cannot run: one line naming what is wrong and what is allowed (exit status 2)."""
 
 
+class Refused(PreflightError):
+    """The engine itself refused the command: the release asked, what refused it (``"parser"`` or the
+    engine function that raised, ``module.qualname``) and the engine's own message, kept apart from
+    the one line (``str``) so that a JSON answer can give each."""
+
+    def __init__(self, line: str, *, release: str, by: str, message: str, hint: str = "") -> None:
+        super().__init__(line)
+        self.release = release
+        self.by = by
+        self.message = message
+        self.hint = hint
+
+
 @dataclass(frozen=True)
 class LaunchCommand:
     engine: str  # "sglang" or "vllm"

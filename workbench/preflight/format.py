@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 
 from workbench.analysis.verdict_numbers import format_share
-from workbench.preflight import CheckResult, LaunchesResult
+from workbench.preflight import BAD_INPUT, CheckResult, LaunchesResult, Refused
 from workbench.preflight.rows import Fix, Row
 
 
@@ -74,7 +74,8 @@ def format_text(result: CheckResult) -> str:
             lines.extend(_row_lines(row))
         if not result.rows:
             lines.append("  (none)")
-    lines.append(f"verdict: {result.verdict} [{result.choice.asked}]")
+    substituted = f"; buffer rules of {result.choice.buffers}" if result.choice.buffers != result.choice.release else ""
+    lines.append(f"verdict: {result.verdict} [{result.choice.asked}{substituted}]")
     return "\n".join(lines)
 
 
@@ -83,6 +84,7 @@ def to_json(result: CheckResult) -> dict[str, object]:
     out: dict[str, object] = {
         "engine": result.choice.asked, "release": result.choice.release, "release_reason": result.choice.reason,
         "buffer_release": result.choice.buffers, "substitutions": list(result.choice.notes),
+        "refused_by_newest": result.choice.instead_of or None,
         "command": result.command.text, "program": result.command.program, "wrappers": list(result.command.wrappers),
         "notes": list(result.notes), "status": result.status, "verdict": result.verdict,
     }
@@ -100,6 +102,19 @@ def format_json(result: CheckResult) -> str:
     return json.dumps(to_json(result))
 
 
+def error_json(err: Exception) -> dict[str, object]:
+    """Input the check did not run, as JSON: status 2 and the one line; for a refusal by the engine
+    also the release asked, what refused it (its parser or the engine function) and its own message."""
+    out: dict[str, object] = {"status": BAD_INPUT, "error": str(err)}
+    if isinstance(err, Refused):
+        out.update({"release": err.release, "refused_by": err.by, "message": err.message, "hint": err.hint})
+    return out
+
+
+def format_error_json(err: Exception) -> str:
+    return json.dumps(error_json(err))
+
+
 def format_launches_text(every: LaunchesResult) -> str:
     """Each launch's result under a heading that names it, then the verdict of them all."""
     parts = []
@@ -110,5 +125,5 @@ def format_launches_text(every: LaunchesResult) -> str:
 
 
 def format_launches_json(every: LaunchesResult) -> str:
-    launches = [to_json(r) if isinstance(r, CheckResult) else {"status": 2, "error": str(r)} for r in every.results]
+    launches = [to_json(r) if isinstance(r, CheckResult) else error_json(r) for r in every.results]
     return json.dumps({"status": every.status, "verdict": every.verdict, "launches": launches})

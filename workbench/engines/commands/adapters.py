@@ -129,6 +129,7 @@ class LaunchRequest:
     model_config: str | None = None  # --model-config: a config.json standing in for the model's
     lookup_env: Mapping[str, str] = field(default_factory=dict)  # the checker's HF_HOME / HF_HUB_CACHE
     cwd: str = "."  # where a relative model path is looked up
+    draft_model_config: str | None = None  # --draft-model-config: a config.json standing in for the draft model's
 
 
 @dataclass(frozen=True)

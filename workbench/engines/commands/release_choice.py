@@ -37,6 +37,7 @@ class Choice:
     reason: str  # why this one: "--engine", "installed here", "the newest listed"
     buffers: str  # the release whose buffer data the rows take
     notes: tuple[str, ...]  # substitutions, one line each
+    instead_of: str = ""  # the newest release and its parser's refusal, when an older one answers in its place
 
     @property
     def line(self) -> str:
@@ -67,11 +68,11 @@ def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
         if engine != name:
             raise ValueError(f"--engine: {asked!r} is a {engine} version, but the command launches {name}")
         base = _pseudo_base(asked)
-        if base is None and not releases.is_listed(asked):
-            listed = releases.releases(name)
-            raise ValueError(f"--engine: {asked!r} is not a listed release (allowed: {name}=={_version(listed[0])} to "
-                             f"{name}=={_version(listed[-1])}, data/engines/releases.json)")
-        release, reason = base or asked, "--engine"
+        indexed = base is None and not releases.is_listed(asked)
+        if indexed:
+            _on_the_index(name, asked)
+        release, reason = base or asked, "--engine" + (", a release the package index has and "
+                                                       "data/engines/releases.json does not list" if indexed else "")
     else:
         here = installed(name)
         # a release candidate of the plugin is checked when asked for; the default runs over its final releases
@@ -92,6 +93,27 @@ def choose(name: str, asked: str | None, plugin: str | None = None) -> Choice:
     notes = () if buffers == release else (
         f"buffer rules of {buffers} ({release} has no buffer data of its own; the nearest measured release)",)
     return Choice(asked, release, reason, buffers, notes)
+
+
+def _on_the_index(name: str, asked: str) -> None:
+    """Nothing when the package index has release ``asked`` of ``name``; ValueError naming what is allowed."""
+    from workbench.engines.store.index_versions import IndexUnavailable, index_versions
+
+    listed = releases.releases(name)
+    allowed = (f"a listed release, {name}=={_version(listed[0])} to {name}=={_version(listed[-1])} "
+               "(data/engines/releases.json), or any other the package index has")
+    version = _version(asked)
+    try:
+        releases.version_key(version)
+        found = index_versions(name)
+    except ValueError as err:
+        raise ValueError(f"--engine: {asked!r}: {err} (allowed: {allowed})") from None
+    except IndexUnavailable as err:
+        raise ValueError(f"--engine: {asked!r} is not a listed release, and {err} (allowed: {allowed})") from None
+    if version not in found:
+        near = [v for v in found if releases.version_key(v)[0] == releases.version_key(version)[0]]
+        said = f"; of {version.split('rc')[0]} it has {', '.join(near)}" if near else ""
+        raise ValueError(f"--engine: the package index has no {asked}{said} (allowed: {allowed})")
 
 
 def offered() -> list[str]:

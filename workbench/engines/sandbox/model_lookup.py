@@ -17,12 +17,15 @@ A model found nowhere is ``Located.missing``: one line naming exactly what to gi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from workbench.engines.sandbox import hub_fetch
 
 HUB_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
 CREATED: list[Path] = []  # folders made for --model-config in this process, removed by cleanup()
@@ -110,17 +113,23 @@ def note_absent_files() -> None:
     hub.cached_files = cached_files  # type: ignore[union-attr]
 
 
-def absent_files(model: Located) -> str | None:
+def absent_files(model: Located, *, last: bool = False) -> str | None:
     """What to give for the files of ``model`` the engine asked for and this machine lacks (noted
-    by ``note_absent_files`` since the last ``ASKED_ABSENT.clear()``), or None where none was."""
+    by ``note_absent_files`` since the last ``ASKED_ABSENT.clear()``), or None where none was.
+    ``last``: only the last look-up that failed, when it is ``model``'s (the one that stopped the
+    engine; one before it was of a file the engine takes as optional, or of another model)."""
     folder = os.path.realpath(model.folder) if model.folder else None
-    asked = [files for where, files in ASKED_ABSENT
-             if where in (model.name, model.engine_path) or (folder and os.path.realpath(where) == folder)]
+
+    def of_model(where: str) -> bool:
+        return where in (model.name, model.engine_path) or bool(folder and os.path.realpath(where) == folder)
+
+    noted = ASKED_ABSENT[-1:] if last else ASKED_ABSENT
+    asked = [files for where, files in noted if of_model(where)]
     if not asked:
         return None
     names = list(dict.fromkeys(f for files in asked for f in files))
     shown = ", ".join(names)
-    if model.found.startswith("--model-config"):  # the folder is the workbench's, holding that config only
+    if model.found.startswith(("--model-config", "--draft-model-config")):  # the folder is the workbench's, holding that config only
         return (f"the engine asked for {shown}, which --model-config does not give (a config.json only); run the check "
                 "where the model's folder is, or name the model by its hub id with its files in the Hugging Face cache")
     if _looks_local(model.name) or not model.folder:
@@ -134,47 +143,62 @@ def _looks_local(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or name.count("/") > 1 or name.endswith("/") or "\\" in name
 
 
-def from_config_file(name: str, model_config: str, cwd: str) -> Located:
+def from_config_file(name: str, model_config: str, cwd: str, config_flag: str = "--model-config") -> Located:
     """A folder holding ``model_config`` as its config.json, named like the model (engines read the name)."""
     source = Path(cwd, os.path.expanduser(model_config))
     if not source.is_file():
-        return Located(name, "", "", f"--model-config: {model_config!r} is not a file (give the model's config.json)")
+        return Located(name, "", "", f"{config_flag}: {model_config!r} is not a file (give the model's config.json)")
     folder = Path(tempfile.mkdtemp(prefix="workbench-model-")) / (Path(name.rstrip("/")).name or "model")
     CREATED.append(folder.parent)
     folder.mkdir()
     shutil.copyfile(source, folder / "config.json")
-    return Located(name, str(folder), f"--model-config {model_config}", folder=str(folder))
+    return Located(name, str(folder), f"{config_flag} {model_config}", folder=str(folder))
 
 
 def locate(name: str, *, revision: str | None, model_config: str | None, cwd: str,
-           lookup_env: Mapping[str, str], flag: str) -> Located:
-    """Where ``name``'s config.json is; ``flag`` is the option that named it (for the message)."""
+           lookup_env: Mapping[str, str], flag: str, config_flag: str = "--model-config",
+           remote_code: bool = False) -> Located:
+    """Where ``name``'s config.json is; ``flag`` is the option that named it, ``config_flag`` the
+    check's option that gives its config.json (``--draft-model-config`` for a draft model).
+    ``remote_code``: the launch trusts the model's remote code (its configuration module is
+    fetched with its config, ``hub_fetch``)."""
     if model_config is not None:
-        return from_config_file(name, model_config, cwd)
+        return from_config_file(name, model_config, cwd, config_flag)
     local = Path(cwd, os.path.expanduser(name))
     if local.is_dir():
         if (local / "config.json").is_file():
             return Located(name, str(local), f"local directory {local}", folder=str(local))
         return Located(name, "", "", f"{flag} {name}: the directory has no config.json "
-                                     "(give --model-config CONFIG.json, the model's config)")
+                                     f"(give {config_flag} CONFIG.json, the model's config)")
     cache = hub_cache(lookup_env)
-    if "$" in name or "{" in name:
+    if "$" in name or "{" in name or re.search(r"<[A-Za-z][A-Za-z0-9_-]*>", name):  # $MODEL, {weights path}, <model>
         return Located(name, "", "", f"{flag} {name}: a placeholder the command does not set; give the model "
-                                     "(its directory or Hugging Face id) in its place, or --model-config CONFIG.json")
+                                     f"(its directory or Hugging Face id) in its place, or {config_flag} CONFIG.json")
     if _looks_local(name):
-        return Located(name, "", "", f"{flag} {name}: no such directory on this machine; give --model-config "
-                                     "CONFIG.json (the config.json of that directory)")
+        return Located(name, "", "", f"{flag} {name}: no such directory on this machine; give {config_flag} "
+                                     f"CONFIG.json (the config.json of that directory)")
     from huggingface_hub import try_to_load_from_cache  # the release's own
 
     try:
         found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
     except ValueError:  # not a valid repository id (huggingface_hub's HFValidationError)
         return Located(name, "", "", f"{flag} {name}: neither a directory on this machine nor a Hugging Face id; "
-                                     "give --model-config CONFIG.json")
+                                     f"give {config_flag} CONFIG.json")
+    fetched = None
+    if not hub_fetch.offline(lookup_env):  # as the engine would at start-up: its config files, never weights
+        fetched = hub_fetch.fetch_configs(name, revision=revision, cache=cache, lookup_env=lookup_env,
+                                          remote_code=remote_code)
+        if fetched.refused:
+            return Located(name, "", "", f"{flag} {name}: {fetched.problem}; a gated or private model needs a token "
+                                         "with access: accept its terms on the hub and set HF_TOKEN (or run hf auth "
+                                         f"login), or give {config_flag} CONFIG.json")
+        found = try_to_load_from_cache(name, "config.json", cache_dir=cache, revision=revision)
     if isinstance(found, str):
-        return Located(name, name, f"Hugging Face cache {Path(found).parent}", folder=str(Path(found).parent))
+        got = f" (fetched from the hub now: {', '.join(fetched.files)})" if fetched is not None and fetched.files else ""
+        return Located(name, name, f"Hugging Face cache {Path(found).parent}{got}", folder=str(Path(found).parent))
+    why = f" ({fetched.problem})" if fetched is not None and fetched.problem else " (offline: HF_HUB_OFFLINE)"
     return Located(name, "", "", f"{flag} {name}: not in the Hugging Face cache ({cache}; set by HF_HUB_CACHE or "
-                                 f"HF_HOME); give --model-config CONFIG.json, or fetch its config into the cache "
+                                 f"HF_HOME){why}; give {config_flag} CONFIG.json, or fetch its config into the cache "
                                  f"(hf download {name} config.json)")
 
 

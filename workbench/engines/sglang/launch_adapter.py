@@ -225,7 +225,8 @@ class SGLangAdapter(LaunchAdapter):
         flags = flag_uses(parser, argv, namespace)
         times["parse"] = time.perf_counter() - start
         model = locate(str(namespace["model_path"]), revision=namespace.get("revision"), model_config=request.model_config,
-                       cwd=request.cwd, lookup_env=request.lookup_env, flag="--model-path")
+                       cwd=request.cwd, lookup_env=request.lookup_env, flag="--model-path",
+                       remote_code=bool(namespace.get("trust_remote_code")))
         if model.missing:
             return Resolution(request.engine, UNDECIDED, model.missing, flags=tuple(flags), seconds=times)
         draft = self._draft(namespace, request)
@@ -238,8 +239,10 @@ class SGLangAdapter(LaunchAdapter):
         path = namespace.get("speculative_draft_model_path")
         if not path:
             return None
-        return locate(str(path), revision=namespace.get("speculative_draft_model_revision"), model_config=None,
-                      cwd=request.cwd, lookup_env=request.lookup_env, flag="--speculative-draft-model-path")
+        return locate(str(path), revision=namespace.get("speculative_draft_model_revision"),
+                      model_config=request.draft_model_config, cwd=request.cwd, lookup_env=request.lookup_env,
+                      flag="--speculative-draft-model-path", config_flag="--draft-model-config",
+                      remote_code=bool(namespace.get("trust_remote_code")))
 
     def _run(self, request: LaunchRequest, flags: list[FlagUse], namespace: dict[str, Any], model: Located,
              draft: Located | None, engine_argv: list[str], times: dict[str, float]) -> Resolution:
@@ -275,6 +278,8 @@ class SGLangAdapter(LaunchAdapter):
         facts = _facts(model, model_config, server_args, draft_facts=_facts(draft, draft_config, server_args)
                        if draft is not None and draft_config is not None else None)
         notes = [f"{draft.missing} (the draft model's own config was not read)"] if draft is not None and draft.missing else []
+        if draft is not None and not draft.missing:
+            notes.append(f"draft model: {draft.name}, config from {draft.found}")
         notes += runner_notes
         notes += [f"{name}: not in the Hugging Face cache, taken as absent from the model's repository (the engine "
                   "asked the hub about it)" for name in dict.fromkeys(ASSUMED_ABSENT)]
@@ -324,13 +329,25 @@ class SGLangAdapter(LaunchAdapter):
 
     def _stopped(self, request: LaunchRequest, flags: list[FlagUse], error: BaseException, model: Located,
                  draft: Located | None, times: dict[str, float]) -> Resolution:
-        if draft is not None and draft.missing and draft.name in str(error):
-            return Resolution(request.engine, UNDECIDED, draft.missing, flags=tuple(flags), seconds=times)
-        if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError)) or \
-                type(error).__name__ in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "EntryNotFoundError"):
+        missing_file = isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError)) or \
+            type(error).__name__ in ("OfflineModeIsEnabled", "LocalEntryNotFoundError", "EntryNotFoundError")
+        if draft is not None and draft.missing and (missing_file or draft.name in str(error)):
+            # the draft model is on no path the check knows: what stopped the engine is its files,
+            # not a file of the target it asked for on the way (0.5.23 takes the target's
+            # generation_config.json as optional)
+            target = absent_files(model, last=True) if missing_file else None  # the file that stopped it, if the target's
+            also = f"; and --model-path {model.name}: {target}" if target else ""
+            return Resolution(request.engine, UNDECIDED, draft.missing + also, flags=tuple(flags), seconds=times)
+        if missing_file:
             # the engine asked for a file of the model the cache does not hold (remote code, a
-            # tokenizer): offline, that is not the engine refusing, it is a file to give
-            asked = absent_files(model)
+            # tokenizer): offline, that is not the engine refusing, it is a file to give. The file
+            # that stopped it is the last one asked for: the draft's or the target's
+            if draft is not None and not draft.missing:
+                asked = absent_files(draft, last=True)
+                if asked is not None:
+                    return Resolution(request.engine, UNDECIDED, f"--speculative-draft-model-path {draft.name}: {asked}",
+                                      flags=tuple(flags), seconds=times)
+            asked = absent_files(model, last=draft is not None)
             if asked is not None:
                 return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: {asked}", flags=tuple(flags),
                                   seconds=times)

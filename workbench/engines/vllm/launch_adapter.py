@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import io
@@ -328,7 +329,8 @@ class VLLMAdapter(LaunchAdapter):
             return _npu_platform(request, flags, times)
         model_name = str(getattr(namespace, "model", "") or "")
         model = locate(model_name, revision=getattr(namespace, "revision", None), model_config=request.model_config,
-                       cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL")
+                       cwd=request.cwd, lookup_env=request.lookup_env, flag="MODEL",
+                       remote_code=bool(getattr(namespace, "trust_remote_code", False)))
         if model.missing:
             return Resolution(request.engine, UNDECIDED, model.missing, flags=tuple(flags), seconds=times)
         draft = _draft(namespace, request)
@@ -338,7 +340,10 @@ class VLLMAdapter(LaunchAdapter):
             namespace.model = model.engine_path
             if getattr(namespace, "tokenizer", None) in (None, model.name):
                 namespace.tokenizer = model.engine_path
-        return self._create_config(request, flags, namespace, model, times)
+        resolution = self._create_config(request, flags, namespace, model, times)
+        if draft is None:
+            return resolution
+        return dataclasses.replace(resolution, notes=(*resolution.notes, f"draft model: {draft.name}, config from {draft.found}"))
 
     def _parse(self, request: LaunchRequest, taken: _Taken) -> tuple[argparse.Namespace, argparse.ArgumentParser, str | None]:
         if request.program == API_SERVER:
@@ -862,8 +867,9 @@ def _draft(namespace: argparse.Namespace, request: LaunchRequest) -> Located | N
             return None  # the release's own parsing says what is wrong with it
     if not isinstance(spec, dict) or not isinstance(spec.get("model"), str) or not spec["model"]:
         return None
-    found = locate(spec["model"], revision=spec.get("revision"), model_config=None, cwd=request.cwd,
-                   lookup_env=request.lookup_env, flag="--speculative-config model")
+    found = locate(spec["model"], revision=spec.get("revision"), model_config=request.draft_model_config, cwd=request.cwd,
+                   lookup_env=request.lookup_env, flag="--speculative-config model", config_flag="--draft-model-config",
+                   remote_code=bool(getattr(namespace, "trust_remote_code", False)))
     if not found.missing and found.engine_path != found.name:
         spec = {**spec, "model": found.engine_path}
         namespace.speculative_config = json.dumps(spec) if text else spec
