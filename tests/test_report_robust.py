@@ -51,6 +51,31 @@ def test_a_cell_past_its_timeout_is_a_failed_notebook_not_a_failed_report(tmp_pa
     assert by_name["02_quick"].executed.exists()
 
 
+def test_a_relative_output_folder_as_make_report_gives_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make report` passes `--out reports`, relative to the checkout (a relative staging folder broke
+    every notebook: papermill wrote it from the kernel's working folder)."""
+    monkeypatch.setattr(report, "seed_rows", lambda device: [])
+    monkeypatch.chdir(tmp_path)
+    notebooks = [_notebook(tmp_path, f"0{i}_quick", "x = 1") for i in (1, 2)]
+    handed: list[Path] = []
+    run_papermill = report.run_papermill
+
+    def recorded(source: Path, executed: Path, *args: object, **kwargs: object) -> None:
+        handed.append(executed)
+        run_papermill(source, executed, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report, "run_papermill", recorded)
+    monkeypatch.setenv("WORKBENCH_REPORT_JOBS", "2")
+    log = io.StringIO()
+    runs = report.build_report("reports", "cpu", log, notebooks=notebooks)
+    assert [run.error for run in runs] == [None, None]
+    # papermill changes the process's working folder while it writes a notebook, and the others run
+    # in threads of the same process: a relative path was read against another notebook's folder
+    assert len(handed) == 2 and all(path.is_absolute() for path in handed), handed
+    assert (tmp_path / "reports" / "notebooks" / "01_quick.ipynb").exists()
+    assert "wrote reports/index.html" in log.getvalue()
+
+
 def test_two_reports_at_once_into_one_folder_both_finish_whole(tmp_path: Path) -> None:
     """Two processes, as two `make report`s on one checkout would be (papermill changes the working
     folder of its own process, so two reports in one process are not the case to test)."""

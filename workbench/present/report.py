@@ -341,7 +341,8 @@ def build_report(
     final = Path(out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(final)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-{os.getpid()}-", dir=final.parent))
+    # absolute: papermill writes each executed notebook from the kernel's working folder (the output)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-{os.getpid()}-", dir=final.resolve().parent))
     try:
         runs = _build_into(staging, final, device, out, notebooks, small)
         with exclusive(final.parent / f".{final.name}.building-lock"):
