@@ -343,8 +343,14 @@ def build_report(
     _remove_abandoned(final)
     # absolute: papermill writes each executed notebook from the kernel's working folder (the output)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.building-{os.getpid()}-", dir=final.resolve().parent))
+    working = os.getcwd()
     try:
-        runs = _build_into(staging, final, device, out, notebooks, small)
+        try:
+            runs = _build_into(staging, final, device, out, notebooks, small)
+        finally:
+            # papermill changes the process's working folder while it writes, and notebooks run in
+            # threads: two at once can leave it in the staging folder, which is removed below
+            os.chdir(working)
         with exclusive(final.parent / f".{final.name}.building-lock"):
             _publish(staging, final)
     finally:
