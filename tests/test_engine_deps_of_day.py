@@ -21,7 +21,7 @@ from workbench.engines.store import wheels
     ("transformers", "README.md", None),
 ])
 def test_the_version_is_read_from_the_file_name(package: str, filename: str, version: str | None) -> None:
-    assert wheels._version_of(package, filename) == version
+    assert wheels.version_of(package, filename) == version
 
 
 def _kept_days(root: Path, days: dict[str, str]) -> None:

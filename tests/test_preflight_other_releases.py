@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from check_json import check_json
 
 from workbench import cli
 from workbench.engines.commands import release_choice
@@ -52,24 +53,17 @@ def test_the_first_whose_own_parser_accepts_answers_and_one_not_started_is_not_c
     assert walk.asked == ("sglang==0.5.19", "sglang==0.5.18")
 
 
-def _check(argv: list[str]) -> tuple[int, dict[str, object]]:
-    out = io.StringIO()
-    status = cli.main(["check", "--json", *argv], out)
-    data: dict[str, object] = json.loads(out.getvalue())
-    return status, data
-
-
 @pytest.mark.engine
 def test_the_hint_names_a_release_whose_own_parser_took_the_command() -> None:
     """sglang 0.5.23's argparse finds --cuda-graph-max-bs ambiguous (the record's notes quote it); the
     hint names an older release, and that release, asked with --engine, does not refuse the command."""
     command = str(_record("sglang-docs-spec-eagle2-llama2-7b")["command"])
-    status, refused = _check(["--engine", "sglang==0.5.23", "--cmd", command])
+    status, refused = check_json(["--engine", "sglang==0.5.23", "--cmd", command])
     assert status == 2 and "ambiguous option: --cuda-graph-max-bs" in str(refused["message"])
     hint = str(refused["hint"])
     assert "whose own parser accepts the command" in hint
     named = hint.split("workbench check --engine ")[1].rstrip(")")
-    status, answered = _check(["--engine", named, "--cmd", command])
+    status, answered = check_json(["--engine", named, "--cmd", command])
     assert status != 2 and answered["release"] == named, answered
 
 
@@ -85,9 +79,9 @@ def test_with_no_release_named_an_older_release_whose_parser_takes_it_answers(mo
     assert release_choice.installed("sglang") is None  # the premise
     newest = releases.newest("sglang")
     command = str(_record("sglang-docs-spec-standalone-qwen25-7b")["command"])
-    status, strict = _check(["--engine", newest, "--cmd", command])
+    status, strict = check_json(["--engine", newest, "--cmd", command])
     assert status == 2 and "ambiguous option: --cuda-graph-max-bs" in str(strict["message"])
-    status, answered = _check(["--cmd", command])
+    status, answered = check_json(["--cmd", command])
     assert status in (0, 1, 3) and answered["release"] != newest, answered
     assert str(answered["refused_by_newest"]).startswith(f"{newest} refuses the command (its parser): ambiguous option: "
                                                          "--cuda-graph-max-bs")

@@ -3,13 +3,11 @@ reaches a setting that changes a modelled buffer, the model, or the engine's ref
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import pytest
+from check_json import check_json, launch_command
 
-from workbench import cli
 from workbench.engines.commands.adapters import FlagUse
 from workbench.preflight import outside, unset_variables
 from workbench.preflight.command import parse_command
@@ -18,21 +16,8 @@ from workbench.preflight.deployment import Setting
 DATA = Path(__file__).parent / "data"
 
 
-def _command(name: str) -> str:
-    text: str = next(r["command"] for r in map(json.loads, (DATA / "launch_commands.jsonl").read_text().splitlines())
-                     if r["id"] == name)
-    return text
-
-
-def _check(argv: list[str]) -> tuple[int, dict[str, object]]:
-    out = io.StringIO()
-    status = cli.main(["check", "--json", *argv], out)
-    data: dict[str, object] = json.loads(out.getvalue())
-    return status, data
-
-
 def test_each_value_is_found_with_the_option_that_takes_it() -> None:
-    parsed = parse_command(_command("vllm-ascend-docs-pd-multinode-dsr1-w8a8-layerwise-prefiller1-mtp1"))
+    parsed = parse_command(launch_command("vllm-ascend-docs-pd-multinode-dsr1-w8a8-layerwise-prefiller1-mtp1"))
     uses = {u.text: u.options for u in outside.option_words(parsed.argv, unset_variables(parsed))}
     assert uses["$5"] == ("--data-parallel-address",) and uses["$7"] == ("--tensor-parallel-size",)
 
@@ -63,12 +48,12 @@ def test_an_address_set_outside_the_command_does_not_stop_the_check(monkeypatch:
     with a model the cache holds, the same flags are decided and the verdict names $HEAD_ADDR."""
     monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf_cache" / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    command = _command("vllm-recipe-qwen38-24t-fp8-tp16-two-nodes-head-addr")
-    status, data = _check(["--engine", "vllm==0.34.0", "--cmd", command])
+    command = launch_command("vllm-recipe-qwen38-24t-fp8-tp16-two-nodes-head-addr")
+    status, data = check_json(["--engine", "vllm==0.34.0", "--cmd", command])
     assert status == 3 and "Qwen/Qwen3.8-2.4T-A95B-FP8" in str(data["verdict"]) and "$HEAD_ADDR" not in str(data["verdict"])
     assert any("$HEAD_ADDR" in n for n in data["notes"])  # type: ignore[attr-defined]
     cached = command.replace("Qwen/Qwen3.8-2.4T-A95B-FP8", "Qwen/Qwen3-235B-A22B").replace("262144", "32768")
-    status, data = _check(["--engine", "vllm==0.34.0", "--cmd", cached])
+    status, data = check_json(["--engine", "vllm==0.34.0", "--cmd", cached])
     assert status in (0, 1) and "$HEAD_ADDR (in --master-addr)" in str(data["verdict"]), data["verdict"]
 
 
@@ -80,5 +65,5 @@ def test_an_address_set_outside_the_command_does_not_stop_the_check(monkeypatch:
 def test_a_value_the_engine_cannot_read_as_written_stops_the_check(name: str, value: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(DATA / "hf_cache" / "hub"))
-    status, data = _check(["--cmd", _command(name)])
+    status, data = check_json(["--cmd", launch_command(name)])
     assert status == 3 and value in str(data["verdict"]) and "set outside it" in str(data["verdict"])

@@ -19,6 +19,7 @@ import urllib.request
 
 from workbench.engines.store.releases import version_key
 from workbench.engines.store.sdists import INDEX_URL
+from workbench.engines.store.wheels import version_of
 
 
 class IndexUnavailable(RuntimeError):
@@ -36,7 +37,7 @@ def index_versions(package: str, timeout: float = 30) -> tuple[str, ...]:
         raise IndexUnavailable(f"the package index ({url}) did not answer: {err}") from None
     found: set[str] = set()
     for item in data.get("files", []):
-        version = _version_of(package, str(item.get("filename", "")))
+        version = version_of(package, str(item.get("filename", "")))
         if version is not None and not item.get("yanked"):
             found.add(version)
     usable = []
@@ -47,18 +48,3 @@ def index_versions(package: str, timeout: float = 30) -> tuple[str, ...]:
             continue
         usable.append(version)
     return tuple(sorted(usable, key=version_key))
-
-
-def _version_of(package: str, filename: str) -> str | None:
-    def normal(name: str) -> str:
-        return "".join("_" if ch in "-." else ch for ch in name.lower())
-
-    if filename.endswith(".whl"):
-        name, _, rest = filename.partition("-")
-        version = rest.split("-", 1)[0]
-    else:
-        stem = next((filename[:-len(s)] for s in (".tar.gz", ".zip") if filename.endswith(s)), None)
-        if stem is None or "-" not in stem:
-            return None
-        name, version = stem.rsplit("-", 1)
-    return version if normal(name) == normal(package) else None

@@ -338,7 +338,7 @@ def _upload_days(package: str, built: str) -> dict[str, str]:
         return kept
     days: dict[str, str] = {}
     for item in files:
-        version = _version_of(package, str(item.get("filename", "")))
+        version = version_of(package, str(item.get("filename", "")))
         day = str(item.get("upload-time", ""))[:10]
         if version is None or not day or item.get("yanked"):
             continue
@@ -353,7 +353,7 @@ def _upload_days(package: str, built: str) -> dict[str, str]:
     return days
 
 
-def _version_of(package: str, filename: str) -> str | None:
+def version_of(package: str, filename: str) -> str | None:
     """The version in a wheel's or an sdist's file name, when the file is ``package``'s."""
     def normal(name: str) -> str:
         return "".join("_" if ch in "-." else ch for ch in name.lower())
