@@ -335,7 +335,10 @@ def build_report(
     The report is built in a folder of its own beside ``out_dir`` (``.NAME.building-*``, at the same
     depth, so its relative links hold) and moved into ``out_dir`` when complete, under a lock: two
     reports run at once into one folder each publish a whole report, the later one last, and neither
-    deletes a folder the other is writing into (seen: "output folder reports/notebooks doesn't exist").
+    deletes a folder the other is writing into. Every path handed to papermill is absolute, and the
+    working folder is restored after the notebooks: papermill changes the process's working folder
+    while it writes, and notebooks run in threads of one process, so a relative path was read against
+    another notebook's folder (issue 41's "output folder reports/notebooks doesn't exist").
     An interrupted report leaves the last complete one in place.
     """
     final = Path(out_dir)
