@@ -12,6 +12,7 @@
 #     language: python
 #     name: python3
 #   workbench:
+#     cell_timeout_s: 1200
 #     engines:
 #     - sglang==0.5.23
 #     - vllm==0.23.0
