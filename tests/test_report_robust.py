@@ -73,6 +73,9 @@ def test_a_relative_output_folder_as_make_report_gives_it(tmp_path: Path, monkey
     # in threads of the same process: a relative path was read against another notebook's folder
     assert len(handed) == 2 and all(path.is_absolute() for path in handed), handed
     assert Path.cwd() == tmp_path  # where it was before, not a removed staging folder
+    import papermill.iorw
+
+    assert papermill.iorw.papermill_io.get_handler("local")._cwd is None  # nor papermill's own folder
     assert (tmp_path / "reports" / "notebooks" / "01_quick.ipynb").exists()
     assert "wrote reports/index.html" in log.getvalue()
 

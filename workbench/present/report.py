@@ -351,14 +351,24 @@ def build_report(
         try:
             runs = _build_into(staging, final, device, out, notebooks, small)
         finally:
-            # papermill changes the process's working folder while it writes, and notebooks run in
-            # threads: two at once can leave it in the staging folder, which is removed below
+            # papermill changes the process's working folder while it writes, and keeps the folder
+            # its file I/O runs in as process-wide state; notebooks run in threads, so two at once
+            # can leave either in the staging folder, which is removed below
             os.chdir(working)
+            _reset_papermill_folder()
         with exclusive(final.parent / f".{final.name}.building-lock"):
             _publish(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [_moved(run, staging, final) for run in runs]
+
+
+def _reset_papermill_folder() -> None:
+    """papermill's local file handler back to no working folder of its own (its state at import):
+    ``local_file_io_cwd`` saves and restores it around each notebook, which threads interleave."""
+    import papermill.iorw  # type: ignore[import-untyped]
+
+    papermill.iorw.papermill_io.get_handler("local").cwd(None)
 
 
 def _remove_abandoned(final: Path) -> None:
