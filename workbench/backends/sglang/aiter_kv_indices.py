@@ -17,7 +17,7 @@ pages would fail at any length, and whether 0.5.10 ran AITER MLA with pages was 
 
 from __future__ import annotations
 
-from workbench.backends import pooled as p
+import workbench.backends.pooled as p
 from workbench.backends.sglang.triton_kv_indices import EAGER_RULES, RULES
 from workbench.model.geometry import Mode
 

@@ -20,7 +20,7 @@ Paths inside the wheel, ``sglang/srt/layers/attention/flashinfer_backend.py`` un
 
 from __future__ import annotations
 
-from workbench.backends import pooled as p
+import workbench.backends.pooled as p
 from workbench.model.geometry import Mode
 
 DRAFT_WHAT = "EAGLE draft kv_indices row (size max_bs * topk * max_context_len)"

@@ -20,7 +20,7 @@ Paths inside the wheel, ``sglang/srt/layers/attention/flashinfer_mla_backend.py`
 
 from __future__ import annotations
 
-from workbench.backends import pooled as p
+import workbench.backends.pooled as p
 from workbench.backends.sglang.flashinfer_kv_indices import DRAFT_RULES, DRAFT_WHAT, EAGER_RULES
 from workbench.model.geometry import Mode, ServingGeometry
 

@@ -16,7 +16,7 @@ into ``max_bs * D * ctx``: it cannot overflow, so it is not here.
 
 from __future__ import annotations
 
-from workbench.backends import pooled as p
+import workbench.backends.pooled as p
 
 RULES = {"max-bs-topk-ctx": p.CapacityRule("max-bs-topk-ctx", p.max_bs_times(p.topk_context),
                                            "every version: max_num_tokens * ctx, max_num_tokens = max_bs * topk")}
