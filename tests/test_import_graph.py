@@ -47,7 +47,10 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, m
         source = ".".join(base + ([node.module] if node.module else []))
     else:
         source = node.module or ""
-    return [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names]
+    # ``from P import m`` runs P's __init__ before m: an arrow to both (a registry package that imports
+    # its members is a circle with a member that imports a sibling this way)
+    return [t for alias in node.names for t in ((f"{source}.{alias.name}", source)
+                                                if f"{source}.{alias.name}" in modules else (source,))]
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:
@@ -202,9 +205,15 @@ def test_a_two_module_circle_in_every_spelling_is_found(tmp_path: Path, b_text: 
 def test_one_way_arrows_and_outside_imports_are_no_circle(tmp_path: Path) -> None:
     package = _package(tmp_path, {"__init__.py": "import os\n", "a.py": "import torch\nfrom pkg import b\n",
                                   "b.py": "from pkg.sub import c\n", "sub/__init__.py": "", "sub/c.py": "import json\n"})
-    assert import_graph(package) == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.sub.c"}, "pkg.sub": set(),
-                                     "pkg.sub.c": set()}
+    graph = import_graph(package)  # ``from P import m``: P's __init__ runs first, an arrow to it too
+    assert graph["pkg.b"] == {"pkg.sub", "pkg.sub.c"} and graph["pkg.sub.c"] == set()
+    assert "pkg.b" in graph["pkg.a"] and graph["pkg"] == set()
     assert circles_described(package) == []
+
+
+def test_a_registry_package_and_a_member_importing_a_sibling_through_it_is_a_circle(tmp_path: Path) -> None:
+    package = _package(tmp_path, {"__init__.py": "from pkg import a\n", "a.py": "from pkg import b\n", "b.py": ""})
+    assert circles_described(package) == ["2 modules: pkg -> pkg.a -> pkg"]
 
 
 def test_a_folder_of_21_modules_is_crowded_and_20_is_not(tmp_path: Path) -> None:
