@@ -17,9 +17,9 @@
 #       - 0.6
 #       - 0.95
 #       conservativeness_values:
-#       - 0.0
+#       - 0
 #       - 0.5
-#       - 1.0
+#       - 1
 #       context_lens:
 #       - 960
 #       - 1056
