@@ -63,27 +63,28 @@
 # type another context length (32768 is the QwQ seed) and press Enter.
 
 # %% tags=["parameters"]
-device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # the verdict table: <output_dir>/tables/, the sweeps: <output_dir>/results/ (relative: to this folder)
-cache_dir = "../data/cache"  # sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
-progress = False  # a tqdm bar for the sweep
-overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # the verdict table: <output_dir>/tables/, the sweeps: <output_dir>/results/ (relative: to this folder)
+# cache_dir may be None; papermill reads "str | None" as no type, so its type is a type comment.
+cache_dir = "../data/cache"  # type: Optional[str] sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
+progress: bool = False  # a tqdm bar for the sweep
+overshoot: int = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
 
 # The grids of notebooks 01 and 02 (their defaults; a superset is fine): page multiples (4096,
 # 32768), a context plus D that is one (4080 + 16 = 4096) and an odd context (7919).
-npu_context_lens = [4080, 7919, 32768]
-npu_page_sizes = [128]
-npu_draft_tokens = [0, 4, 16]
-npu_modes = ["decode", "target-verify", "draft-decode", "draft-extend"]
-npu_width_gens = ["g1", "g3"]
-dsa_context_lens = [4096, 7919]
-dsa_page_sizes = [64]
-dsa_draft_tokens = [0, 4, 6]
-dsa_modes = ["decode", "target-verify", "draft-extend"]
-dsa_replays = ["dynamic", "static"]
+npu_context_lens: list[int] = [4080, 7919, 32768]  # notebook 01's context lengths
+npu_page_sizes: list[int] = [128]  # notebook 01's page sizes (Ascend forces 128)
+npu_draft_tokens: list[int] = [0, 4, 16]  # notebook 01's draft tokens D
+npu_modes: list[str] = ["decode", "target-verify", "draft-decode", "draft-extend"]  # notebook 01's modes
+npu_width_gens: list[str] = ["g1", "g3"]  # notebook 01's width generations
+dsa_context_lens: list[int] = [4096, 7919]  # notebook 02's context lengths
+dsa_page_sizes: list[int] = [64]  # notebook 02's page sizes (DSA on CUDA forces 64)
+dsa_draft_tokens: list[int] = [0, 4, 6]  # notebook 02's draft tokens D
+dsa_modes: list[str] = ["decode", "target-verify", "draft-extend"]  # notebook 02's modes
+dsa_replays: list[str] = ["dynamic", "static"]  # notebook 02's graph replays
 # The grid of notebook 03.
-allocator_page_sizes = [4, 64, 128]
-allocator_max_batch = 8
+allocator_page_sizes: list[int] = [4, 64, 128]  # notebook 03's page sizes
+allocator_max_batch: int = 8  # notebook 03's largest batch of the named batch compositions
 
 # %%
 from workbench.analysis.sweep import MODE_VALUES

@@ -46,19 +46,20 @@
 # `decode` and `rule` back to `context`: a page-multiple context fails there too, by the overshoot.
 
 # %% tags=["parameters"]
-device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
-cache_dir = "../data/cache"  # sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
-progress = False  # a tqdm bar for the sweep
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), data: <output_dir>/results/ (relative: to this folder)
+# cache_dir may be None; papermill reads "str | None" as no type, so its type is a type comment.
+cache_dir = "../data/cache"  # type: Optional[str] sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
+progress: bool = False  # a tqdm bar for the sweep
 
-context_lens = [4080, 7919, 32768]  # 32768: the QwQ seed; 4080 + 16 is a multiple of 128
-page_sizes = [128]  # Ascend forces 128
-draft_tokens = [0, 4, 16]
-modes = ["decode", "target-verify", "draft-decode", "draft-extend"]
-width_gens = ["g1", "g3"]
-overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
-safe_rules = ["req-to-token"]  # the rules asserted never to fail within the request table
-measure_memory = False  # also allocate each configuration's buffers full size on the device, record the bytes
+context_lens: list[int] = [4080, 7919, 32768]  # 32768: the QwQ seed; 4080 + 16 is a multiple of 128
+page_sizes: list[int] = [128]  # Ascend forces 128
+draft_tokens: list[int] = [0, 4, 16]  # draft tokens D of the speculative modes
+modes: list[str] = ["decode", "target-verify", "draft-decode", "draft-extend"]  # the modes swept
+width_gens: list[str] = ["g1", "g3"]  # the width generations swept
+overshoot: int = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
+safe_rules: list[str] = ["req-to-token"]  # the rules asserted never to fail within the request table
+measure_memory: bool = False  # also allocate each configuration's buffers full size on the device, record the bytes
 
 # %%
 from workbench.present import notebook_params as check

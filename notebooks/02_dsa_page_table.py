@@ -44,20 +44,21 @@
 # step at s = 90001 fails; switch `rule` to `req-to-token`; set *overshoot* to 0 and back.
 
 # %% tags=["parameters"]
-device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
-cache_dir = "../data/cache"  # sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
-progress = False  # a tqdm bar for the sweep
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), data: <output_dir>/results/ (relative: to this folder)
+# cache_dir may be None; papermill reads "str | None" as no type, so its type is a type comment.
+cache_dir = "../data/cache"  # type: Optional[str] sweep cache (parquet; relative: to this notebook's folder); None computes everything afresh
+progress: bool = False  # a tqdm bar for the sweep
 
-context_lens = [4096, 7919]  # the 90000 seed is probed on its own below
-page_sizes = [64]  # DSA on CUDA forces 64
-draft_tokens = [0, 4, 6]
-modes = ["decode", "target-verify", "draft-extend"]
-width_gens = ["g1"]
-replays = ["dynamic", "static"]
-overshoot = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
-safe_rules = ["req-to-token"]  # the rules asserted never to fail within the request table
-measure_memory = False  # also allocate each configuration's buffers full size on the device, record the bytes
+context_lens: list[int] = [4096, 7919]  # the 90000 seed is probed on its own below
+page_sizes: list[int] = [64]  # DSA on CUDA forces 64
+draft_tokens: list[int] = [0, 4, 6]  # draft tokens D of the speculative modes
+modes: list[str] = ["decode", "target-verify", "draft-extend"]  # the modes swept
+width_gens: list[str] = ["g1"]  # the width generations swept
+replays: list[str] = ["dynamic", "static"]  # the graph replays swept
+overshoot: int = 2  # committed tokens past ctx - 1 that the scheduler lets through for one step
+safe_rules: list[str] = ["req-to-token"]  # the rules asserted never to fail within the request table
+measure_memory: bool = False  # also allocate each configuration's buffers full size on the device, record the bytes
 
 # %%
 from workbench.present import notebook_params as check

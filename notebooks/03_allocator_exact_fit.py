@@ -38,15 +38,15 @@
 # and to -1 (`cuda-masked` over-reads before it returns None); type another *batch rows* count.
 
 # %% tags=["parameters"]
-device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), their data: <output_dir>/results/ (relative: to this folder)
-cache_dir = "../data/cache"  # unused here (the exact-fit sweep is not cached); every notebook takes it
-progress = False  # a tqdm bar for the sweep
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # figures: <output_dir>/figures/ (plotly JSON), data: <output_dir>/results/ (relative: to this folder)
+cache_dir = "../data/cache"  # type: Optional[str] unused here (the exact-fit sweep is not cached); every notebook takes it
+progress: bool = False  # a tqdm bar for the sweep
 
-page_sizes = [4, 64, 128]
-max_batch = 8  # the largest batch of the named batch compositions
-gathers = ["npu-legacy", "npu-clamped", "cuda-masked"]  # cuda-checked (0.5.23) is the fourth
-safe_gathers = ["npu-clamped"]  # asserted never to fail, whatever the pool holds
+page_sizes: list[int] = [4, 64, 128]  # the KV pool's page sizes swept
+max_batch: int = 8  # the largest batch of the named batch compositions
+gathers: list[str] = ["npu-legacy", "npu-clamped", "cuda-masked"]  # cuda-checked (0.5.23) is the fourth
+safe_gathers: list[str] = ["npu-clamped"]  # asserted never to fail, whatever the pool holds
 
 # %%
 from workbench.present import notebook_params as check

@@ -17,9 +17,9 @@
 #       - 0.6
 #       - 0.95
 #       conservativeness_values:
-#       - 0.0
+#       - 0
 #       - 0.5
-#       - 1.0
+#       - 1
 #       context_lens:
 #       - 960
 #       - 1056
@@ -56,15 +56,15 @@
 # under `npu-legacy`, then `npu-clamped`; type another run seed.
 
 # %% tags=["parameters"]
-runs = 8  # runs per point of every sweep (run seeds 0 .. runs - 1)
-qwq_run_seed = 0
-exact_fit_run_seed = 1
-context_lens = [960, 992, 1024, 1056, 1088, 1120, 1152]  # sweep: small contexts (ps 128); prompts 800 .. 950
-draft_token_values = [2, 4, 6, 8, 12, 16]
-acceptance_rates = [0.2, 0.4, 0.6, 0.8, 0.95]
-conservativeness_values = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]
-device = "cpu"
-output_dir = "../reports"  # figures: <output_dir>/figures/, their data: <output_dir>/results/ (relative: to this folder)
+runs: int = 8  # runs per point of every sweep (run seeds 0 .. runs - 1)
+qwq_run_seed: int = 0  # the run seed of section 1's QwQ replay
+exact_fit_run_seed: int = 1  # the run seed of section 2's exact-fit workload
+context_lens: list[int] = [960, 992, 1024, 1056, 1088, 1120, 1152]  # sweep: small contexts (ps 128); prompts 800 .. 950
+draft_token_values: list[int] = [2, 4, 6, 8, 12, 16]  # sweep: draft tokens D
+acceptance_rates: list[float] = [0.2, 0.4, 0.6, 0.8, 0.95]  # sweep: geometric acceptance rates (probabilities)
+conservativeness_values: list[float] = [0.0, 0.1, 0.25, 0.5, 0.75, 1.0]  # sweep: admission conservativeness (0: optimistic)
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # figures: <output_dir>/figures/, their data: <output_dir>/results/ (relative: to this folder)
 
 
 # %%

@@ -47,12 +47,12 @@
 # walk, or the deployment's step; `run_model` says which).
 
 # %% tags=["parameters"]
-device = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
-output_dir = "../reports"  # the figure: <output_dir>/figures/, the rows: <output_dir>/results/ (relative: to this folder)
-engines = []  # engine releases (learned: data/engines/NAME/*.json); empty: every release
-presets = []  # model presets of data/presets.json; empty: every preset
-overshoot = -1  # -1: the scheduler's reach per release and recipe; N >= 0: a what-if, ctx - 1 + N
-confirm_runs = True  # run every row again (a failure must be hit, a margin run to the cap)
+device: str = "cpu"  # auto, cpu, cuda or npu (the report passes the resolved device)
+output_dir: str = "../reports"  # the figure: <output_dir>/figures/, the rows: <output_dir>/results/ (relative: to this folder)
+engines: list[str] = []  # engine releases (learned: data/engines/NAME/*.json); empty: every release
+presets: list[str] = []  # model presets of data/presets.json; empty: every preset
+overshoot: int = -1  # -1: the scheduler's reach per release and recipe; N from 0 up: a what-if, ctx - 1 + N
+confirm_runs: bool = True  # run every row again (a failure must be hit, a margin run to the cap)
 
 # %%
 from workbench.analysis.memory import load_presets

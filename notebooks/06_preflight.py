@@ -40,19 +40,18 @@
 # [the engine facts](../docs/engine-facts.md), the reach in [the semantics](../docs/semantics.md).
 
 # %% tags=["parameters"]
-device = "cpu"  # the report passes the resolved device; probes run there
-output_dir = "../reports"  # nothing is written: the notebook has no figure (relative: to this notebook's folder)
-cache_dir = "../data/cache"  # unused; every notebook takes it
+device: str = "cpu"  # the report passes the resolved device; probes run there
+output_dir: str = "../reports"  # nothing is written: the notebook has no figure (relative: to this notebook's folder)
+cache_dir = "../data/cache"  # type: Optional[str] unused; every notebook takes it
 
-# The command in the text box, and the engine version it is checked under ("" = the default release)
-command = (
+command: str = (
     "python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --device npu "
     "--attention-backend ascend --page-size 128 --speculative-algorithm EAGLE3 "
     "--speculative-draft-model-path Qwen/Qwen3-8B --speculative-num-steps 3 --speculative-eagle-topk 1 "
     "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 16"
-)
-engine = ""
-hf_cache = "../tests/data/hf_cache/hub"  # where the box looks models up (HF_HUB_CACHE); "" = your own cache
+)  # the launch command in the text box
+engine: str = ""  # the engine version the command is checked under; empty: the default release
+hf_cache: str = "../tests/data/hf_cache/hub"  # where the box looks models up (HF_HUB_CACHE); empty: your own cache
 
 # %%
 import os

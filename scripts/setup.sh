@@ -13,13 +13,15 @@ PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.workbench-installed"
 
-# Notebooks stay without outputs in git whoever runs them (scripts/nbstrip.py): every time, it is cheap.
+# Notebooks keep their outputs on disk, git sees them without (scripts/nbstrip.py, a clean
+# filter): registered every time, it is cheap.
 bash scripts/install_git_filters.sh "$PYTHON"
-link_jupyter_config() {  # the venv's JupyterLab saves workbench notebooks without outputs
-    mkdir -p "$VENV/etc/jupyter"
-    ln -sf "$PWD/scripts/jupyter_server_config.py" "$VENV/etc/jupyter/jupyter_server_config.py"
-}
-if [[ -d "$VENV" ]]; then link_jupyter_config; fi
+# An earlier set-up linked a JupyterLab save hook that wrote notebooks without their outputs; the
+# filter replaced it, and a link left behind would point at a file that is gone.
+OLD_HOOK="$VENV/etc/jupyter/jupyter_server_config.py"
+if [[ -L "$OLD_HOOK" && "$(readlink "$OLD_HOOK")" == */scripts/jupyter_server_config.py ]]; then
+    rm -f "$OLD_HOOK"
+fi
 
 if [[ -f "$STAMP" && "$STAMP" -nt pyproject.toml && "$STAMP" -nt scripts/setup.sh ]]; then
     exit 0  # already set up for this pyproject.toml
@@ -51,5 +53,4 @@ if ! TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$VENV/bin/python" -c 'import torch' >/dev/
 fi
 echo "setup: installing workbench with the notebook, test and ray extras"
 "${pip[@]}" -e ".[notebooks,test,ray]"
-link_jupyter_config
 touch "$STAMP"

@@ -1,8 +1,8 @@
 """Every control of every notebook's explorer, operated in JupyterLab in a real (headless) Chromium.
 
 JupyterLab starts on a free local port over copies of the notebooks with their small test
-parameters injected (papermill's ``prepare_only``), configured as the set-up configures it
-(``scripts/jupyter_server_config.py``: workbench notebooks are saved without outputs). For each
+parameters injected (papermill's ``prepare_only``), as the set-up leaves it
+(no save hook: a notebook is saved with its outputs; git's clean filter strips them). For each
 notebook that shows a widget the test opens it and runs the cells the widget needs (its parameters,
 their check and the widget's own cell; papermill runs every cell of every notebook elsewhere in the
 suite, ``test_notebooks``), then works every control as a person would:
@@ -19,7 +19,9 @@ own output must show what the line says (a figure handed to ``Output.append_disp
 JupyterLab's log console instead and fails here), a chosen option must be named in what it shows,
 and no traceback may appear anywhere: not in a cell, not in the explorer's line (an explorer shows
 its own error as ``error: ...``), not in any message the kernel sends (JupyterLab's log console).
-Finally the notebook is saved and the file on disk must hold no outputs.
+Finally the notebook is saved: the file on disk must hold its outputs, and the clean filter
+(``scripts/nbstrip.py``) must turn it back into the committed notebook byte for byte (JupyterLab's
+page holds numbers as JavaScript does, so this is where a metadata ``0.0`` saved as ``0`` would show).
 
 Every redraw is timed in the page, from the input event to the redrawn figure; the module prints
 their count, median and slowest per notebook against the 500 ms target (issue 15), and fails only
@@ -52,6 +54,7 @@ from typing import Any
 
 import pytest
 from browser import CHROMIUM_ARGS, chromium_or_skip
+from nbstrip_filter import load as load_nbstrip
 
 from workbench.present.report import NOTEBOOKS_DIR, notebook_paths, notebook_test_parameters
 
@@ -65,6 +68,7 @@ TOKEN = "workbench-explorer-test"
 ROOT = Path(__file__).resolve().parents[1]
 REDRAWS: dict[str, list[tuple[str, float]]] = {}  # notebook -> every measured redraw
 ELAPSED: dict[str, float] = {}  # notebook -> seconds from opening it to its last check
+NBSTRIP = load_nbstrip()
 
 
 def _requirements() -> str:
@@ -103,7 +107,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--allow-root", f"--config={ROOT / 'scripts' / 'jupyter_server_config.py'}",
+         "--allow-root",
          f"--LabApp.workspaces_dir={root / '.workspaces'}", "--ServerApp.terminals_enabled=False"],
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -579,8 +583,10 @@ def test_every_control_of_the_explorer_redraws_it_in_jupyterlab(name: str, lab: 
         actions = drive(driver, kind, once=twin is not None)
         assert actions >= (8 if twin or kind == "preflight" else 10), f"{name}: only {actions} actions: controls not found"
         page.evaluate(SAVE)
-        saved = json.loads((root / f"{name}.ipynb").read_text())
-        assert not any(cell.get("outputs") for cell in saved["cells"]), f"{name}: saved with outputs"
+        saved = (root / f"{name}.ipynb").read_bytes()
+        assert any(cell.get("outputs") for cell in json.loads(saved)["cells"]), f"{name}: saved without its outputs"
+        committed = (NOTEBOOKS_DIR / f"{name}.ipynb").read_bytes()
+        assert NBSTRIP.clean(saved) == committed, f"{name}: the clean filter's form of the save is not the committed file"
         assert errors == [], f"{name}: page errors {errors}"
     finally:
         ELAPSED[name] = time.monotonic() - started

@@ -28,6 +28,8 @@ def parameters_of(stem: str) -> dict[str, Any]:
     for node in ast.parse(cell).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             values[node.targets[0].id] = ast.literal_eval(node.value)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            values[node.target.id] = ast.literal_eval(node.value)  # annotated: papermill shows the type
     return values
 
 

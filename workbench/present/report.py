@@ -507,7 +507,7 @@ def cell_progress(executed: Path) -> str:
 def run_report(out_dir: str, device: str, out: IO[str]) -> None:
     """The command line's ``report``: the whole job; a failed notebook is an error after the page is written."""
     runs = build_report(out_dir, device, out)
-    from workbench.repro.page import write_report_findings  # docs/findings.md, regenerated with the report
+    from workbench.repro.page import write_report_findings  # <out>/findings.md; docs/findings.md is left as committed
 
     out.write(f"wrote {write_report_findings(out_dir)}\n")
     failed = [run for run in runs if run.error]
