@@ -115,7 +115,8 @@ def _row_value(row: pd.Series | None, column: str) -> object | None:
     value = row[column]
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return None
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    plain: object = value.item() if hasattr(value, "item") else value  # numpy's scalars as Python's
+    return int(plain) if isinstance(plain, float) and plain.is_integer() else plain
 
 
 def fix_words(row: pd.Series | None) -> str:

@@ -52,6 +52,12 @@ def outcome_word(outcome: str) -> str:
     return NO_REACHABLE_FAILURE if outcome in DESIGNED_OUTCOMES else failure_word(outcome)
 
 
+def marker_word(outcome: str) -> str:
+    """A drawn step's word (a marker of the allocator's map, a failing step of a request's trace): as
+    ``outcome_word``, and "n/a" for a state the engine cannot be in (``invalid``: nothing ran)."""
+    return NOT_APPLICABLE if outcome == "invalid" else outcome_word(outcome)
+
+
 def status_word(status: str, outcome: str | None) -> str:
     """An atlas row's status (``safe``, ``unreachable``, ``reachable``, ``refused``) and outcome as its word."""
     if status == "refused":
