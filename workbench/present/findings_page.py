@@ -27,7 +27,7 @@ from workbench.present.words import GLOSSARY, GLOSSARY_TERMS, LOUD, PAST_REACH, 
 # The first screen's columns: (head, the glossary anchors of the terms it uses, in its words' order);
 # ``finding_cells`` gives one text per column.
 COLUMNS = (
-    ("backend: mode, fails from, a run reaches", ("committed-length", "first-failing", "reach")),
+    ("backend; mode: fails from, a run reaches", ("first-failing", "reach", "committed-length")),
     ("what happens", ("what-happens",)), ("when", ("worst-setting",)), ("fix and its cost", ("fix", "request-slot", "kv-pool")),
     ("fixed in", ("fixed-in", "reproduced")),
 )
@@ -123,8 +123,8 @@ def fix_words(row: pd.Series | None) -> str:
     """The fix as one line: size the buffer to the request table's width (the row's numbers)."""
     width, held, unit = (_row_value(row, c) for c in ("request_table_width", "buffer_width", "buffer_unit"))
     if isinstance(width, int) and isinstance(held, int) and unit:
-        return f"size it for all {width:,} tokens a request can hold (the release's width: {held:,} {unit})"
-    return "size it for every length the request table holds"
+        return f"hold all {width:,} tokens a request can have (now {held:,} {unit})"
+    return "hold every length the request table holds"
 
 
 def cost_words(finding: Finding, row: pd.Series | None = None) -> str:
@@ -170,8 +170,9 @@ def reproduced_words(finding: Finding) -> str:
 
 
 def where_words(finding: Finding) -> str:
-    """A mode, from which committed length it fails, and how far a run gets there."""
-    return f"{finding.mode}: fails from {finding.first_failing:,}, a run reaches {finding.reachable:,}"
+    """A mode, from which committed length it fails, and how far a run gets there (the column's head
+    says "fails from, a run reaches")."""
+    return f"{finding.mode}: from {finding.first_failing:,}, reaches {finding.reachable:,}"
 
 
 def finding_cells(finding: Finding, row: pd.Series | None = None, summary: pd.DataFrame | None = None) -> tuple[str, ...]:

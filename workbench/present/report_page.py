@@ -54,8 +54,8 @@ th { background: #f4f4f4; } .failed { color: #b00020; font-weight: 600; }
 table.findings { font-size: 11.5px; width: 100%; table-layout: fixed; }
 table.findings td { padding: 0.1rem 0.3rem; vertical-align: top; overflow-wrap: anywhere; line-height: 1.25; }
 table.findings th { font-size: 11px; padding: 0.1rem 0.3rem; }
-table.findings th:nth-child(1) { width: 27%; } table.findings th:nth-child(2) { width: 17%; }
-table.findings th:nth-child(3) { width: 20%; } table.findings th:nth-child(4) { width: 23%; }
+table.findings th:nth-child(1) { width: 25%; } table.findings th:nth-child(2) { width: 17%; }
+table.findings th:nth-child(3) { width: 23%; } table.findings th:nth-child(4) { width: 22%; }
 table.findings th:nth-child(5) { width: 13%; }
 table.findings th a { color: inherit; text-decoration: underline dotted; } .sub { color: #555; }
 table.findings .how .sub { color: #333; } .badge { white-space: nowrap; }

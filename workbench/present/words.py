@@ -117,16 +117,16 @@ GLOSSARY = (
      f"the failure lies past reach ({PAST_REACH})."),
     ("worst-setting", "when", "the setting (model, speculation, context, page size, batch, KV pool) with the "
      "smallest margin among the settings the atlas ran for that backend and mode."),
-    ("recipe", "speculation", "how draft tokens are made: NGRAM with D draft tokens, EAGLE with its steps, "
-     "top-k and draft tokens, or the model's own recipe (its released EAGLE or MTP settings)."),
+    ("recipe", "speculation", "how draft tokens are made: NGRAM, EAGLE with its draft steps and top-k, or the "
+     "model's own speculation (the model preset's own draft tokens, steps and top-k)."),
     ("page-size", "page size", "KV tokens per page (--page-size; vLLM's block size)."),
     ("draft-tokens", "draft tokens", "tokens each verify checks per request (--speculative-num-draft-tokens)."),
     ("kv-pool", "KV pool", "the KV cache's tokens the server holds for all requests; its bytes are what the "
      "fix's cost is a share of."),
     ("request-slot", "request slots", "rows of the graph buffers: the largest batch the captured graph serves "
      "(max_bs); a per-request cost is paid once per slot."),
-    ("fix", "fix", "size the buffer so it holds every length the request table holds; its cost is what that "
-     "size takes over the release's own."),
+    ("fix", "fix", "size the buffer so it holds every length the request table holds (all the tokens a "
+     "request can have); its cost is what that size takes over the release's own."),
     ("fixed-in", "fixed in", "the first later release of the same engine whose row a run no longer breaks "
      "(a release that refuses the setting at start-up fixes nothing); unfixed: every later release the atlas "
      "ran still breaks, up to the newest it knows."),
