@@ -133,7 +133,8 @@ def test_the_figure_draws_one_cell_per_backend_version_and_mode(atlas: pd.DataFr
         version = engine.partition("==")[2] or engine
         assert sum(label.startswith(backend + "<br>") and version in label for label in heat.y) >= 1, (backend, engine)
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
-    assert list(fig.data[0].colorbar.ticktext) == ["safe", "fails past reach", "fails loudly", "fails silently",
+    # each word in two lines at most: a band of the colour bar is narrower than the word in one
+    assert list(fig.data[0].colorbar.ticktext) == ["safe", "fails past<br>reach", "fails<br>loudly", "fails<br>silently",
                                                    "refused at<br>start-up", "n/a"]
     assert fig.layout.width <= 940  # JupyterLab's output area at a 1400 px window
 

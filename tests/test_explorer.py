@@ -161,7 +161,7 @@ def test_the_figure_widget_is_redrawn_in_place() -> None:
     widget = ui.panel.figure.widget
     # ctx 300, ps 16, D 4, s = 301: cdiv(300, 16) = 19 pages = 304 tokens; the verify reads 305.
     assert "rule context" in _figure_title(ui) and "s = 301: shape-error" in _figure_title(ui)
-    assert any(t.name == "step fails: shape-error" for t in widget.data)
+    assert any(t.name == "step fails loudly: shape-error" for t in widget.data)
     ui.controls["rule"].value = "req-to-token"
     assert ui.panel.figure.widget is widget
     # req-to-token: max(cdiv(300 + 15 + 4, 16), cdiv(W = 308, 16)) = 20 pages = 320 tokens.

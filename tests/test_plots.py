@@ -73,7 +73,11 @@ def test_exact_fit_map_facets_per_gather() -> None:
     outcomes_per_gather = frame.groupby("gather").outcome.nunique().sum()
     drawn = [t for t in fig.data if len(t.x)]
     assert len(drawn) == outcomes_per_gather + 3  # one pages-needed trace per panel
-    assert {t.name for t in fig.data if t.showlegend is not False} == set(frame.outcome) | {"pages the batch opens (exact fit)"}
+    # each outcome under its word (ok and out-of-memory are no failure, a raised error fails loudly)
+    words = {o: "no reachable failure" if o in ("ok", "out-of-memory") else
+             "fails silently" if o.startswith("silent-") else "fails loudly" for o in set(frame.outcome)}
+    assert {t.name for t in fig.data if t.showlegend is not False} == \
+        {f"{words[o]}: {o}" for o in set(frame.outcome)} | {"pages the batch opens (exact fit)"}
     # The gathers name the columns, the page size the row's y title.
     assert {a.text for a in fig.layout.annotations} == {"npu-legacy", "npu-clamped", "cuda-masked"}
     assert fig.layout.yaxis.title.text == "batch (page size 4)"
@@ -92,8 +96,8 @@ def test_request_trace_plot_marks_failing_steps() -> None:
                                     mode=Mode.TARGET_VERIFY), steps=30)
     fig = request_trace_plot(trace)
     drawn = [t for t in fig.data if len(t.x)]
-    assert [t.name for t in drawn][-1] == "step fails: shape-error"
+    assert [t.name for t in drawn][-1] == "step fails loudly: shape-error"
     # cdiv(256, 64) = 4 pages = 256 tokens; a verify at s reads s + 16 > 256 from s = 241 to the bound W - D = 260.
     assert len(drawn) == 4 and list(drawn[-1].x) == list(range(241, 261))
-    assert [t.name for t in fig.data if t.showlegend is not False][-1] == "step fails: shape-error"
+    assert [t.name for t in fig.data if t.showlegend is not False][-1] == "step fails loudly: shape-error"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text

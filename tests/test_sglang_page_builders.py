@@ -27,6 +27,7 @@ from workbench.backends.page_writes import PagedTable
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 from workbench.model.request_table import RequestTable
+from workbench.present.words import COLOURS
 
 XPU, TRT_MHA, FLASHMLA, TRT_MLA, AITER = (
     "sglang-xpu-page-table", "sglang-trtllm-mha-page-table", "sglang-flashmla-page-table",
@@ -321,7 +322,7 @@ def test_the_kernel_like_read_runs_over_the_padded_row() -> None:
     assert probe_table(case, kernel_read=False).outcome.value == "silent-overread"
 
 
-def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_own_colour() -> None:
+def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_words_colour() -> None:
     from workbench.analysis.sweep import request_trace
     from workbench.present.plots import request_trace_plot
 
@@ -331,8 +332,8 @@ def test_a_request_trace_marks_the_overwrites_as_failing_steps_in_their_own_colo
     frame = request_trace(case, steps=12)
     failing = frame[frame.outcome != "ok"]
     assert set(failing.outcome) == {"silent-overwrite"} and (failing.seq_len >= 256 - 4 + 1).all()
-    markers = [t for t in request_trace_plot(frame).data if t.name == "step fails: silent-overwrite"]
-    assert len(markers) == 1 and markers[0].marker.color == "#8c564b"
+    markers = [t for t in request_trace_plot(frame).data if t.name == "step fails silently: silent-overwrite"]
+    assert len(markers) == 1 and markers[0].marker.color == COLOURS["fails silently"]  # the word's colour, as everywhere
 
 
 @pytest.mark.parametrize("component", [XPU, TRT_MHA, FLASHMLA, TRT_MLA, AITER])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd  # type: ignore[import-untyped]
 
+from workbench.engines.store.releases import version_key
 from workbench.model.outcome import Outcome
 
 # (column, label) of the conditions a finding names, in the order shown; absent or empty ones are left out.
@@ -37,14 +38,19 @@ SILENT_OUTCOMES = (Outcome.SILENT_OVERREAD.value, Outcome.SILENT_OVERWRITE.value
 _RELEASE = re.compile(r"^(\d+(?:\.\d+)*)")
 
 
-def release_key(engine: str) -> tuple[str, tuple[int, ...], str]:
-    """``sglang==0.5.14+dsa-width-w`` -> ``("sglang", (0, 5, 14), "+dsa-width-w")``: releases in numeric
-    order, a pseudo-version (a release with one change, ``+...``) right after the release it patches."""
+def release_key(engine: str) -> tuple[str, tuple[tuple[int, ...], int, int, int], str]:
+    """``sglang==0.5.14+dsa-width-w`` -> ``("sglang", version_key("0.5.14"), "+dsa-width-w")``: releases
+    in the package index's order (``releases.version_key``: ``0.5.0rc2`` before ``0.5.0``, ``0.5.1``
+    before ``0.5.1.post3``), a pseudo-version (a release with one change, ``+...``) right after the
+    release it patches; a version of no such form sorts by its leading numbers."""
     name, _, version = engine.partition("==")
     release, plus, local = version.partition("+")
-    match = _RELEASE.match(release)
-    numbers = tuple(int(n) for n in match.group(1).split(".")) if match else ()
-    return name, numbers, plus + local
+    try:
+        key = version_key(release)
+    except ValueError:
+        match = _RELEASE.match(release)
+        key = (tuple(int(n) for n in match.group(1).split(".")) if match else (), 3, 0, -1)
+    return name, key, plus + local
 
 
 def is_release(engine: str) -> bool:

@@ -29,19 +29,31 @@ TOP_PX = 160  # the title, the colour bar and the graph modes above the cells
 MAX_WIDTH = 940  # JupyterLab 4's output area at a 1400 px window with its file browser open
 MAX_VERSIONS_NAMED = 3  # a shared row names up to this many releases, else its first and last
 NO_GRAPH, NOT_MODELLED = "no such graph", "not modelled"
-REFUSED_TEXT = "refused at<br>start-up"  # REFUSED in two lines, to fit a cell
-TICK_TEXT = {REFUSED: REFUSED_TEXT}  # a colour bar band is narrower than the word in one line
 HOVER_WRAP = 72  # characters a hover line holds before an engine's message wraps
+
+
+def two_lines(word: str) -> str:
+    """A word of several parts in two lines, broken at the space nearest its middle (``fails past
+    reach`` -> ``fails past<br>reach``): a colour bar band or a cell is narrower than the word in one."""
+    spaces = [i for i, c in enumerate(word) if c == " "]
+    if not spaces:
+        return word
+    cut = min(spaces, key=lambda i: abs(len(word) / 2 - i))
+    return word[:cut] + "<br>" + word[cut + 1:]
+
+
+REFUSED_TEXT = two_lines(REFUSED)
 
 Cell = tuple[str, str, str]  # (word, the cell's text, its hover text)
 
 
 def _cell_text(row: pd.Series) -> str:
-    if row.status == "refused":
-        return REFUSED_TEXT
-    if row.status == "safe":
-        return SAFE
-    return f"{row.outcome}<br>s {int(row.first_failing_seq_len):,}<br>margin {int(row.margin):+,}"
+    """The cell's word (two lines for a long one), then the first failing length and the margin:
+    a cell past reach reads as such, never as the error a run would meet there."""
+    word = status_word(row.status, row.outcome)
+    if row.status in ("refused", "safe"):
+        return two_lines(word)
+    return f"{word}<br>s {int(row.first_failing_seq_len):,}<br>margin {int(row.margin):+,}"
 
 
 def wrap(text: str) -> str:
@@ -56,9 +68,11 @@ def wrap(text: str) -> str:
 
 
 def _hover(row: pd.Series) -> str:
-    """The cell's text; for a refused cell, what was refused and each of the engine's messages."""
+    """The cell's word and numbers with the step's outcome; for a refused cell, what was refused and
+    each of the engine's messages."""
     if row.status != "refused":
-        return _cell_text(row)
+        text = _cell_text(row).replace("<br>", ", ")
+        return text if row.status == "safe" else f"{text}<br>outcome there: {row.outcome}"
     said = "<br>".join(f"- {wrap(line)}" for line in str(row.startup_refusal).splitlines())
     count = row.get("settings_refused")
     every = f"all {int(count)} settings" if count is not None and pd.notna(count) else "every setting"
@@ -130,7 +144,8 @@ def atlas_figure(summary: pd.DataFrame) -> go.Figure:
         # across the top, under the title (container coordinates, in pixels from the top)
         colorbar={"title": {"text": "what a run meets", "side": "right"}, "orientation": "h", "x": 0, "xanchor": "left",
                   "y": 1 - 42 / height, "yanchor": "top", "yref": "container", "len": 0.9, "thickness": 14, "tickangle": 0,
-                  "tickvals": list(range(n)), "ticktext": [TICK_TEXT.get(word, word) for word in CELL_WORDS]},
+                  "tickvals": list(range(n)), "ticktext": [two_lines(word) for word in CELL_WORDS],
+                  "tickfont": {"size": 11}},
         hovertemplate="%{y}<br>%{x}<br>%{customdata}<extra></extra>",
     ))
     width = min(MAX_WIDTH, LABEL_PX + COLUMN_PX * len(modes) + 40)

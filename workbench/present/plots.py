@@ -16,15 +16,23 @@ import plotly.graph_objects as go  # type: ignore[import-untyped]
 from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
 from workbench.present.verdicts import VERDICT_COLOURS, VERDICTS, with_verdicts
-from workbench.present.words import NOT_APPLICABLE
+from workbench.present.words import COLOURS, NOT_APPLICABLE, legend_name, marker_word
 
 OUTCOMES = ("ok", "out-of-memory", "shape-error", "index-error", "silent-overread", "silent-overwrite", "host-assert",
             "host-error", "invalid")
-OUTCOME_COLOURS = {
-    "ok": "#2e7d32", "out-of-memory": "#7f7f7f", "shape-error": "#c62828", "index-error": "#6a1b9a",
-    "silent-overread": "#ef6c00", "silent-overwrite": "#8c564b", "host-assert": "#d81b60", "host-error": "#880e4f",
-    "invalid": "#bcbd22",
-}
+# One colour per word (``words.COLOURS``: ok and out-of-memory are no failure, light green; a raised
+# error red; a silent over-read or overwrite orange); the outcomes a word covers differ by marker.
+OUTCOME_COLOURS = {outcome: COLOURS[marker_word(outcome)] for outcome in OUTCOMES}
+OUTCOME_SYMBOLS = {"ok": "circle", "out-of-memory": "square", "shape-error": "x", "index-error": "diamond",
+                   "silent-overread": "triangle-up", "silent-overwrite": "triangle-down", "host-assert": "cross",
+                   "host-error": "star", "invalid": "circle-open"}
+
+
+def outcome_legend(outcome: str) -> str:
+    """A drawn outcome's legend entry: its word, then the outcome (``words.legend_name``)."""
+    return legend_name(marker_word(outcome), outcome)
+
+
 FONT = {"family": "DejaVu Sans, Arial, sans-serif", "size": 12}
 # Every figure is drawn for this width (the report page, the PNGs and the notebooks): JupyterLab 4's
 # output area at a 1400 px window with its file browser open, so nothing is cut off there.
@@ -194,9 +202,10 @@ def exact_fit_map(alloc_frame: pd.DataFrame, mark: pd.DataFrame | None = None) -
             for outcome in OUTCOMES:  # a trace per outcome in every panel, empty where none: constant traces
                 group = panel[panel["outcome"] == outcome]
                 fig.add_trace(go.Scatter(  # plain lists: plotly validates a pandas column several times slower
-                    x=group["free_pages"].tolist(), y=group["label"].tolist(), mode="markers", name=outcome,
+                    x=group["free_pages"].tolist(), y=group["label"].tolist(), mode="markers", name=outcome_legend(outcome),
                     legendgroup=outcome, showlegend=outcome not in shown and not group.empty,
-                    marker={"color": OUTCOME_COLOURS[outcome], "size": 9},
+                    marker={"color": OUTCOME_COLOURS[outcome], "size": 9, "symbol": OUTCOME_SYMBOLS[outcome],
+                            "line": {"color": "#333", "width": 0.5}},
                     customdata=group[["pages_needed"]].values.tolist(), text=group["error"].tolist(),
                     hovertemplate="%{y}<br>free %{x}, needed %{customdata[0]}<br>%{text}<extra></extra>",
                 ), row=r, col=c)
@@ -260,9 +269,9 @@ def request_trace_plot(trace_frame: pd.DataFrame, mark_seq_len: int | None = Non
     for outcome in OUTCOMES[1:]:  # every failing outcome has its trace (empty: no legend entry), so the
         group = trace_frame[trace_frame["outcome"] == outcome]  # explorer's figure keeps its traces
         fig.add_trace(go.Scatter(
-            x=group["seq_len"], y=group["reads"], mode="markers", name=f"step fails: {outcome}", text=group["error"],
+            x=group["seq_len"], y=group["reads"], mode="markers", name=f"step {outcome_legend(outcome)}", text=group["error"],
             showlegend=not group.empty,
-            marker={"color": OUTCOME_COLOURS[outcome], "size": 9, "symbol": "x"},
+            marker={"color": OUTCOME_COLOURS[outcome], "size": 9, "symbol": OUTCOME_SYMBOLS[outcome]},
             hovertemplate="s=%{x}, reads %{y}<br>%{text}<extra></extra>",
         ))
     if mark_seq_len is not None:

@@ -15,18 +15,21 @@ from __future__ import annotations
 import html
 import itertools
 import json
-import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 
+from workbench import backends
 from workbench.present.findings_page import findings_html
-from workbench.present.words import NOT_APPLICABLE, WORDS, css_class, css_rules
+from workbench.present.words import DESIGNED_OUTCOMES, NOT_APPLICABLE, SAFE, WORDS, css_class, css_rules, outcome_phrase, outcome_word
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DOCS = REPOSITORY / "docs"
+DOCS_FOLDER = "docs"  # where the page's docs travel with it, inside the report folder
+FINDINGS_PAGE = "findings.md"  # every finding reproduced (``workbench.repro.page``), beside the page
 ATLAS_SUMMARY = "05_atlas_summary"  # the results file notebook 05 writes (``report.save_results``)
 
 
@@ -48,8 +51,17 @@ h1 { font-size: 1.4rem; margin: 0.2rem 0; } h2 { font-size: 1.15rem; margin: 1.2
   border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; } td, th { padding: 0.15rem 0.45rem; border: 1px solid #ddd; text-align: left; }
 th { background: #f4f4f4; } .failed { color: #b00020; font-weight: 600; }
-table.findings { font-size: 11.5px; } table.findings td { white-space: nowrap; padding: 0.1rem 0.3rem; }
+table.findings { font-size: 11.5px; width: 100%; table-layout: fixed; }
+table.findings td { padding: 0.1rem 0.3rem; vertical-align: top; overflow-wrap: anywhere; line-height: 1.25; }
 table.findings th { font-size: 11px; padding: 0.1rem 0.3rem; }
+table.findings th:nth-child(1) { width: 25%; } table.findings th:nth-child(2) { width: 17%; }
+table.findings th:nth-child(3) { width: 23%; } table.findings th:nth-child(4) { width: 22%; }
+table.findings th:nth-child(5) { width: 13%; }
+table.findings th a { color: inherit; text-decoration: underline dotted; } .sub { color: #555; }
+table.findings .how .sub { color: #333; } .badge { white-space: nowrap; }
+dl.glossary { display: grid; grid-template-columns: max-content 1fr; gap: 0.1rem 0.8rem; font-size: 12.5px; }
+dl.glossary dt { font-weight: 600; } dl.glossary dd { margin: 0; }
+dl.glossary dt:target, dl.glossary dt:target + dd { background: #fff3c4; }
 .lede, .counts { margin: 0.3rem 0; } .badge { padding: 0 0.35rem; border-radius: 3px; }
 .figure { margin: 1rem 0 2rem; } .note { color: #555; font-style: italic; } .caption { color: #333; margin: 0.2rem 0 0.6rem; }
 details { margin: 0.5rem 0; } summary { cursor: pointer; font-weight: 600; font-size: 1.05rem; }
@@ -80,20 +92,30 @@ VERDICT_INTRO = (
 )
 
 
-def docs_link(out_dir: Path, page: str, anchor: str = "") -> str:
-    """A relative link from the report's folder to a page of the repository's ``docs/``."""
-    target = os.path.relpath(DOCS / page, out_dir.resolve())
-    return Path(target).as_posix() + (f"#{anchor}" if anchor else "")
+def bundle_docs(out_dir: Path) -> None:
+    """Copy the repository's ``docs/`` pages (and their images) into ``<out>/docs/``, and
+    ``docs/findings.md`` beside the page as ``<out>/findings.md`` unless the report wrote its own
+    there: the page links only files inside its folder, so it works when the folder is shared alone."""
+    target = out_dir / DOCS_FOLDER
+    target.mkdir(parents=True, exist_ok=True)
+    for page in sorted(DOCS.glob("*")):
+        if page.is_file() and page.suffix in (".md", ".png"):
+            shutil.copyfile(page, target / page.name)
+    if not (out_dir / FINDINGS_PAGE).is_file() and (DOCS / FINDINGS_PAGE).is_file():
+        shutil.copyfile(DOCS / FINDINGS_PAGE, out_dir / FINDINGS_PAGE)
 
 
-def links_html(out_dir: Path) -> str:
-    glossary = docs_link(out_dir, "glossary.md")
-    return (f'Words: <a id="glossary-link" href="{html.escape(glossary)}">glossary</a> '
-            f'(<a href="{html.escape(docs_link(out_dir, "glossary.md", "reach"))}">reach</a>, '
-            f'<a href="{html.escape(docs_link(out_dir, "glossary.md", "margin"))}">margin</a>, '
-            f'<a href="{html.escape(docs_link(out_dir, "glossary.md", "seed"))}">seed</a>). '
+def docs_link(page: str, anchor: str = "") -> str:
+    """A relative link from the report's page to a docs page copied beside it (``bundle_docs``)."""
+    return f"{DOCS_FOLDER}/{page}" + (f"#{anchor}" if anchor else "")
+
+
+def links_html() -> str:
+    glossary = docs_link("glossary.md")
+    return (f'Words: <a href="#glossary">on this page</a>, the full <a id="glossary-link" '
+            f'href="{html.escape(glossary)}">glossary</a>. '
             f'Every finding, reproduced step by step: <a id="findings-link" '
-            f'href="{html.escape(docs_link(out_dir, "findings.md"))}">docs/findings.md</a>.')
+            f'href="{FINDINGS_PAGE}">findings.md</a>.')
 
 
 def load_results(out_dir: Path, name: str) -> pd.DataFrame | None:
@@ -105,10 +127,32 @@ def load_results(out_dir: Path, name: str) -> pd.DataFrame | None:
 # ---- sections ----------------------------------------------------------------------------------
 
 
+SEED_HEADS = ("seed (backend)", "side of the fix", "rule / gather", "what happens", "fails from length", "detail")
+
+
+def seed_name(seed: str) -> str:
+    """A seed's backend by its registry name (``npu-block-table`` -> ``sglang-ascend-block-tables``);
+    the allocator, no table backend, keeps its own."""
+    return backends.backend_of(seed).name if backends.is_table_backend(seed) else seed
+
+
+def seed_word(outcome: str, boundary: str) -> str:
+    """A seed row's word: no failing length at all is safe; else the outcome's word (``words.outcome_word``)."""
+    return SAFE if boundary == "none" and outcome in DESIGNED_OUTCOMES else outcome_word(outcome)
+
+
 def seed_table_html(cells: Sequence[tuple[str, ...]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("seed", "fix", "rule / gather", "outcome", "boundary", "detail"))
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in cells)
-    return f'<table id="seeds"><tr>{head}</tr>{body}</table>'
+    """The seeds' rows (``report._seed_cells``: seed, fix, rule, outcome, boundary, detail) in the
+    findings' words and colours."""
+    head = "".join(f"<th>{h}</th>" for h in SEED_HEADS)
+    body = []
+    for seed, fix, rule, outcome, boundary, detail in cells:
+        word = seed_word(outcome, boundary)
+        tds = (f"<td>{html.escape(seed_name(seed))}</td><td>{html.escape(fix)}</td><td>{html.escape(rule)}</td>"
+               f'<td class="{css_class(word)}">{html.escape(word)}: {html.escape(outcome_phrase(outcome))}</td>'
+               f"<td>{html.escape(boundary)}</td><td>{html.escape(detail)}</td>")
+        body.append(f"<tr>{tds}</tr>")
+    return f'<table id="seeds"><tr>{head}</tr>{"".join(body)}</table>'
 
 
 def notebook_list_html(runs: Sequence[NotebookRun], out_dir: Path) -> str:
@@ -173,6 +217,8 @@ def report_html(
     seed_cells: Sequence[tuple[str, ...]], runs: Sequence[NotebookRun], figures: Sequence[Path], out_dir: Path,
     device: str, png_note: str | None, tables: Sequence[Path] = (),
 ) -> str:
+    """The page's HTML; copies the docs it links into ``out_dir`` (``bundle_docs``)."""
+    bundle_docs(out_dir)
     summary = load_results(out_dir, ATLAS_SUMMARY)
     failed = [run.name for run in runs if run.error]
     failed_line = (f'<p class="failed">{len(failed)} notebook(s) failed: {html.escape(", ".join(failed))}; '
@@ -184,7 +230,7 @@ def report_html(
         "<h1>workbench: can a real run of the graph-captured decode step fail?</h1>"
         f'<p class="lede">Device: <code>{html.escape(device)}</code>. Every number on this page comes from executed '
         f"torch steps and the engines' own rules, release by release.</p>{failed_line}"
-        f"{findings_html(summary, links_html(out_dir))}"
+        f"{findings_html(summary, links_html())}"
         f"<h2>Seeds: the three real crashes, reproduced before and after their fixes</h2>{seed_table_html(seed_cells)}"
         '<h2>Details</h2><details id="details-rules"><summary>Sizing rules on the notebooks\' grids (notebook 00)'
         f'</summary><p class="note">{VERDICT_INTRO}</p>{tables_html(tables)}</details>'

@@ -52,6 +52,12 @@ def outcome_word(outcome: str) -> str:
     return NO_REACHABLE_FAILURE if outcome in DESIGNED_OUTCOMES else failure_word(outcome)
 
 
+def marker_word(outcome: str) -> str:
+    """A drawn step's word (a marker of the allocator's map, a failing step of a request's trace): as
+    ``outcome_word``, and "n/a" for a state the engine cannot be in (``invalid``: nothing ran)."""
+    return NOT_APPLICABLE if outcome == "invalid" else outcome_word(outcome)
+
+
 def status_word(status: str, outcome: str | None) -> str:
     """An atlas row's status (``safe``, ``unreachable``, ``reachable``, ``refused``) and outcome as its word."""
     if status == "refused":
@@ -63,6 +69,71 @@ def status_word(status: str, outcome: str | None) -> str:
     if status == "reachable":
         return failure_word(str(outcome))
     raise ValueError(f"status: {status!r} is not one of safe, unreachable, reachable, refused")
+
+
+# How a step fails, in a reviewer's words (the outcome's name is kept after a colon for a search).
+OUTCOME_PHRASES = {
+    "ok": "runs", "out-of-memory": "the allocator reports out of memory (its designed answer)",
+    "shape-error": "the step raises a shape error", "index-error": "the step raises an index error",
+    "host-assert": "the engine's own host check stops the step", "host-error": "the step raises on the host",
+    "silent-overread": "a kernel reads past the buffer", "silent-overwrite": "a replay writes past the buffer",
+    "invalid": "not a valid configuration",
+}
+
+
+def outcome_phrase(outcome: str) -> str:
+    """An executed outcome as a phrase a reviewer reads, with the outcome's own name after it."""
+    phrase = OUTCOME_PHRASES.get(outcome)
+    return f"{phrase} ({outcome})" if phrase else outcome
+
+
+def legend_name(word: str, outcome: str | None = None) -> str:
+    """A legend entry: the word, and after a colon the outcome when one word covers several."""
+    if word not in COLOURS:
+        raise ValueError(f"word: {word!r} is not one of {', '.join(WORDS)}")
+    return f"{word}: {outcome}" if outcome else word
+
+
+def word_of_legend(name: str) -> str:
+    """The word a legend entry (``legend_name``) starts with; ValueError when it starts with none."""
+    for word in sorted(WORDS, key=len, reverse=True):
+        if name == word or name.startswith(word + ": "):
+            return word
+    raise ValueError(f"legend entry {name!r} does not start with one of {', '.join(WORDS)}")
+
+
+# The page's own glossary: every term the report's first screen uses, in the order a reader meets it
+# (anchor, term, meaning). The report draws it as a section and links each term to it.
+GLOSSARY = (
+    ("what-happens", "what happens", f"{LOUD}: a run reaches a step that raises, and the server stops with an error. "
+     f"{SILENT}: a run reaches a step that raises nothing while a kernel reads or a replay writes past the "
+     "buffer: wrong tokens, or another request's KV cache corrupted."),
+    ("committed-length", "committed length", "the tokens a request has in its KV cache when a step runs "
+     "(written s elsewhere)."),
+    ("first-failing", "fails from", "the first committed length whose step fails, in the worst setting."),
+    ("reach", "a run reaches", "the longest committed length a real run gets to: the context length minus one, "
+     "plus what the scheduler lets a request run past it (its speculative overshoot)."),
+    ("margin", "margin", "first failing length minus reach minus one: negative, a run gets there; zero or more, "
+     f"the failure lies past reach ({PAST_REACH})."),
+    ("worst-setting", "when", "the setting (model, speculation, context, page size, batch, KV pool) with the "
+     "smallest margin among the settings the atlas ran for that backend and mode."),
+    ("recipe", "speculation", "how draft tokens are made: NGRAM, EAGLE with its draft steps and top-k, or the "
+     "model's own speculation (the model preset's own draft tokens, steps and top-k)."),
+    ("page-size", "page size", "KV tokens per page (--page-size; vLLM's block size)."),
+    ("draft-tokens", "draft tokens", "tokens each verify checks per request (--speculative-num-draft-tokens)."),
+    ("kv-pool", "KV pool", "the KV cache's tokens the server holds for all requests; its bytes are what the "
+     "fix's cost is a share of."),
+    ("request-slot", "request slots", "rows of the graph buffers: the largest batch the captured graph serves "
+     "(max_bs); a per-request cost is paid once per slot."),
+    ("fix", "fix", "size the buffer so it holds every length the request table holds (all the tokens a "
+     "request can have); its cost is what that size takes over the release's own."),
+    ("fixed-in", "fixed in", "the first later release of the same engine whose row a run no longer breaks "
+     "(a release that refuses the setting at start-up fixes nothing); unfixed: every later release the atlas "
+     "ran still breaks, up to the newest it knows."),
+    ("reproduced", "reproduced", "the row run again: a seeded serving run (or a batch walk over the pooled "
+     "buffer) met the failure where the row says (yes), or did not (NO)."),
+)
+GLOSSARY_TERMS = {anchor: term for anchor, term, _ in GLOSSARY}
 
 
 def css_class(word: str) -> str:
