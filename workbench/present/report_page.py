@@ -131,8 +131,8 @@ SEED_HEADS = ("seed (backend)", "side of the fix", "rule / gather", "what happen
 
 
 def seed_name(seed: str) -> str:
-    """A seed's backend by its registry name (``npu-block-table`` -> ``sglang-ascend-block-tables``);
-    the allocator, no table backend, keeps its own."""
+    """A seed's backend by its registry name (a legacy alias becomes the name the registry gives the
+    backend); the allocator, no table backend, keeps its own."""
     return backends.backend_of(seed).name if backends.is_table_backend(seed) else seed
 
 
