@@ -66,6 +66,7 @@ from workbench.engines.commands.adapters import (
     Setting,
 )
 from workbench.engines.sandbox.model_lookup import Located, absent_files, apply_hub_env, locate
+from workbench.engines.vllm import recurrent_state
 
 API_SERVER = "python -m vllm.entrypoints.openai.api_server"
 # vLLM on an Ascend NPU runs as the vllm-ascend plugin's platform (its NPUPlatform, found through the
@@ -434,8 +435,11 @@ class VLLMAdapter(LaunchAdapter):
         functions = tuple(dict.fromkeys([*(f for written in writes.values() for f in written.functions), *started]))
         if started_note:
             notes.append(started_note)
+        state = settings.get(recurrent_state.KIND)  # a hybrid model's layers, unobserved for want of a library
+        needs = _libraries_missed(str(state.value)) if state is not None and str(state.value).startswith("unobserved") else ()
         return Resolution(request.engine, RESOLVED, flags=tuple(flags), settings=settings,
-                          model=_facts(model, config), notes=tuple(notes), functions=functions, seconds=times)
+                          model=_facts(model, config), notes=tuple(notes), functions=functions, seconds=times,
+                          needs=needs)
 
     def _is_construction(self, frame: types.FrameType) -> bool:
         """A write not made by the engine's own code (pydantic's or the dataclass's ``__init__``)."""
@@ -574,8 +578,9 @@ def _executor_start(config: Any, writes: Writes) -> list[str]:
 
 def _derived(config: Any, package_dir: Path) -> dict[str, Setting]:
     """What the engine derives from its config where the tables are concerned: the KV slots the
-    scheduler reserves past a request (its lookahead) and, for the V0 engine, the attention backend
-    its model runner selects (``vllm.attention.selector.get_attn_backend``)."""
+    scheduler reserves past a request (its lookahead), for the V0 engine the attention backend its
+    model runner selects (``vllm.attention.selector.get_attn_backend``), and for a hybrid model its
+    state layers' type and the buffers their metadata builder allocates (``recurrent_state``)."""
     out: dict[str, Setting] = {}
     if hasattr(type(config), "num_lookahead_tokens"):
         out["num_lookahead_tokens"] = Setting(int(config.num_lookahead_tokens), ENGINE,
@@ -587,6 +592,7 @@ def _derived(config: Any, package_dir: Path) -> dict[str, Setting]:
     v0 = _v0_backend(config)
     if v0 is not None:
         out["v0_attention_backend"] = v0
+    out.update(recurrent_state.observe(config, package_dir))  # a hybrid model's state layers and their buffers
     return out
 
 
