@@ -74,6 +74,9 @@ from workbench.backends.vllm import (
     ascend_block_table as vllm_ascend_block_table,
 )
 from workbench.backends.vllm import (
+    gdn_state_indices as vllm_gdn_state_indices,
+)
+from workbench.backends.vllm import (
     indexer_block_table as vllm_indexer_block_table,
 )
 from workbench.backends.vllm import (
@@ -94,7 +97,7 @@ _MODULES = (
 _GATHER_MODULES = (sglang_npu_allocator, sglang_cuda_allocator)
 
 _CASE_MODULES = (vllm_indexer_block_table, vllm_v0_graph_block_tables, vllm_v1_block_table, vllm_v1_waiting_pad,
-                 vllm_ascend_block_table)
+                 vllm_ascend_block_table, vllm_gdn_state_indices)
 
 _POOLED_MODULES = (sglang_flashinfer_kv_indices, sglang_flashinfer_mla_kv_indices, sglang_triton_kv_indices,
                    sglang_aiter_kv_indices)

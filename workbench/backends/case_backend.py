@@ -100,6 +100,10 @@ class CaseBackend(ABC, Generic[C]):
     # deployment: only the case's own probe speaks for it). The atlas reads this.
     scan_is_request_length: bool = True
     atlas_mode: str = "decode"  # the graph mode its seed deployments replay
+    # A backend whose failure is a step's state (accepted counts, a batch), not a request's length: its
+    # preflight row is of kind "state", named by ``atlas_mode``, its width in ``width_unit``.
+    step_state: bool = False
+    width_unit: str = "blocks"
     launch_names: tuple[str, ...] = ()  # what a resolved launch names when it sets this buffer up (preflight)
     # Whether the eager path reads the buffer too (a scheduler's or a metadata builder's, filled every
     # step with or without a captured graph): a launch with graphs disabled still gets its row.
