@@ -184,7 +184,8 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         where = {"table": f"{first.mode} at committed length {first.first_failing}",
                  "pooled": f"{first.mode} at committed length {first.first_failing} (every request of the batch)",
                  "reservation": f"{first.mode} at committed length {first.first_failing} (one request; its "
-                                "neighbour's row takes the spill)"}.get(first.kind, "an exactly full pool")
+                                "neighbour's row takes the spill)",
+                 "state": f"{first.mode} at any committed length (a step's state)"}.get(first.kind, "an exactly full pool")
         return FAILS, (f"FAILS: {len(failing)} of {len(rows)} rows reach a failure; first {first.buffer} ({first.backend}) "
                        f"{first.outcome} in {where}{_conditions(deployment, first, rows)}")
     if not deployment.graphs and (missing or not rows):
@@ -195,7 +196,7 @@ def _verdict(deployment: Deployment, rows: Sequence[Row], missing: Sequence[str]
         shown = "; the rows shown do not fail" if rows else ""
         return UNDECIDED, (f"UNDECIDED: no backend on this branch models what {deployment.choice.asked} sets up for "
                            f"{', '.join(missing)}{shown}")
-    if not any(r.kind in ("table", "pooled") for r in rows):
+    if not any(r.kind in ("table", "pooled", "state") for r in rows):
         if gaps:  # a buffer it sets up whose backend has no case for it
             return UNDECIDED, f"UNDECIDED: no row could be built: {'; '.join(gaps)}"
         return UNDECIDED, "UNDECIDED: the deployment sets up no graph buffer the workbench models"

@@ -24,11 +24,16 @@ against the blocks the release's KV cache manager gives a request verifying its 
 ``max_model_len`` (docs/engine-facts.md#vllm-v1-block-table). One with speculative decoding,
 asynchronous scheduling and prefix caching also gets the scheduler's padding of a prompt sent again
 (``"v1-waiting-pad"``, docs/engine-facts.md#vllm-v1-waiting-pad).
+A hybrid model (the release's ``ModelConfig.is_hybrid``) sets up its state layers' buffers, those
+the layer type's metadata builder allocates for the launch: with Gated-DeltaNet layers and
+speculative decoding, ``spec_state_indices_tensor`` (``"gdn-spec-state-indices"``); every other
+one is named as a part no backend models, and the verdict says so instead of SAFE.
 """
 
 from __future__ import annotations
 
 from workbench.analysis.reach import ReachRule, reach_rule
+from workbench.backends.vllm import gdn_state_indices as gdn_state
 from workbench.backends.vllm import v0_graph_block_tables as v0_graphs
 from workbench.backends.vllm import v1_block_table as v1_table
 from workbench.engines.commands.adapters import ENGINE, Resolution
@@ -57,6 +62,7 @@ READS = MODELLED_FLAGS | {
     "model_config.enforce_eager", "model_config.max_seq_len_to_capture",
     "scheduler_config.num_lookahead_slots", "num_lookahead_tokens", "v0_attention_backend", "platform_plugin",
     "scheduler_config.async_scheduling", "cache_config.enable_prefix_caching", "model_config.use_async_output_proc",
+    "recurrent_state", "recurrent_state.buffers", "recurrent_state.accepted_index",
 }
 
 
@@ -137,13 +143,38 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
                            f"may pad such a prompt to 1 + {k} tokens (docs/engine-facts.md#vllm-v1-waiting-pad)")
     if k > 1 and plugin is not None and drafter_runs_model:  # the plugin's drafter steps through its graph
         names += (DRAFT_STEPS,)
+    state_names, state_extra = _recurrent_state(s, k, plugin)
+    names += state_names
     modes = ((Mode.TARGET_VERIFY, 0),) if k else ((Mode.DECODE, 0),)
     extra = {"method": method, "lookahead": lookahead, "dcp_size": dcp, "pcp_size": pcp, "max_num_batched_tokens": batched,
              "max_seq_len_to_capture": capture, "attention_backend": v0_backend, "num_speculative_tokens": k,
-             "platform_plugin": plugin}
+             "platform_plugin": plugin, "graphs": not eager, **state_extra}
     family = "ascend-npu" if context.gpu.platform == "npu" else "cuda"
     return Deployment(context.version, context.command, context.choice, model.path, model, family, geometry, names, modes,
                       not eager, rule, s.rest(resolution.flags), resolution.flags, (*resolution.notes, *s.notes), extra)
+
+
+def _recurrent_state(s: Settings, k: int, plugin: object) -> tuple[tuple[str, ...], dict[str, object]]:
+    """What a hybrid model's state layers set up, as the release's own builder allocated it
+    (``engines/vllm/recurrent_state.py``): the GDN speculative state indices where they are modelled
+    (``"gdn-spec-state-indices"``), and every other buffer named as a part no backend models, so that
+    the verdict cannot be SAFE about it."""
+    kind = _first(s, "recurrent_state")
+    if kind is None:  # not a hybrid model, by the release's ModelConfig.is_hybrid
+        return (), {}
+    buffers = _first(s, "recurrent_state.buffers")
+    index = _first(s, "recurrent_state.accepted_index")
+    if plugin is not None:  # the plugin's platform brings its own state layers' metadata: not vLLM's builder
+        return (f"linear-attention state ({kind}) on {plugin}'s platform",), {}
+    if not isinstance(buffers, dict):
+        return (f"linear-attention state ({kind}): its buffers ({buffers}) not observed",), {}
+    shape = buffers.get("spec_state_indices_tensor")
+    modelled = kind == "GDN_ATTN" and k > 0 and isinstance(shape, list) and index in gdn_state.INDEX_FORMS
+    rest = sorted(name for name in buffers if not (modelled and name == "spec_state_indices_tensor"))
+    names: tuple[str, ...] = (gdn_state.LAUNCH_NAME,) if modelled else ()
+    if rest:
+        names += (f"linear-attention state ({kind}): {', '.join(rest)}",)
+    return names, ({"gdn_spec_state_shape": shape, "gdn_accepted_index": index} if modelled else {})
 
 
 def _measured_reach(release: str, launched: str, max_model_len: int, drafts: int, asynchronous: bool) -> ReachRule:

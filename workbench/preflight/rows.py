@@ -54,7 +54,7 @@ class Fix:
 
 @dataclass(frozen=True)
 class Row:
-    kind: str  # "table", "pooled", "reservation" or "allocator"
+    kind: str  # "table", "pooled", "reservation", "state" (a step's state, not a length) or "allocator"
     backend: str  # the registry name, or the gather for an allocator row
     buffer: str  # the engine's attribute: "block_tables", "page_table", "alloc_decode"
     mode: str  # a table mode, or "exact-fit"
@@ -232,14 +232,16 @@ def case_rows(deployment: Deployment, device: str) -> list[Row]:
         else:
             result = backend.probe(case, device)
             first = 1 if result.outcome.failed else None
+            needs = backend.conditions(case, 0) if first else ()  # a step's state, not a length: said in words
         if result.outcome is Outcome.INVALID:
             raise PreflightRowError(f"{backend.name}: the deployment's step is not a state it models: {result.error}")
         record = backend.record(result)
         rows.append(Row(
-            kind="table", backend=backend.name, buffer=backend.buffer_name, mode=Mode.DECODE.value, step_id=0,
+            kind="state" if backend.step_state else "table", backend=backend.name, buffer=backend.buffer_name,
+            mode=backend.atlas_mode if backend.step_state else Mode.DECODE.value, step_id=0,
             rule=str(getattr(case, "engine", "") or deployment.version.engine), rule_source="",
             width=_int_or_none(record.get("buffer_width")),
-            unit="blocks", first_failing=first, outcome=result.outcome.value if first else "ok",
+            unit=backend.width_unit, first_failing=first, outcome=result.outcome.value if first else "ok",
             message=result.error if first else None, reach=where.largest_committed, margin=where.margin(first),
             reachable=where.reaches(first), bytes=None, conditions=needs if where.reaches(first) else (),
         ))
