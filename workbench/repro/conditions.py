@@ -106,8 +106,8 @@ def _launch_model(launch: dict[str, object], preset: str) -> tuple[str, list[str
         draft = [] if model.get("drafts_itself") else ["--speculative-draft-model-path", "DRAFT_MODEL"]
         return str(model["path"]), draft, parallel
     path, draft = _model_path(preset)
-    parallel = launch.get("parallel", [])
-    return path, draft, [str(x) for x in parallel] if isinstance(parallel, list) else []
+    flags = launch.get("parallel", [])
+    return path, draft, [str(x) for x in flags] if isinstance(flags, list) else []
 
 
 def launch_entry_of(finding: Finding) -> dict[str, object]:
