@@ -207,18 +207,21 @@ def test_a_new_engine_process_past_the_limit_stops_the_least_recently_used(monke
     launch_service.stop_all()
 
 
-@pytest.mark.parametrize("gpu, flags, buffer, pages", [
-    ("b200", ["--attention-backend", "trtllm_mha", "--page-size", "16"], "page_table", 32768 // 16),
-    ("b200", ["--attention-backend", "trtllm_mla", "--page-size", "32"], "decode_cuda_graph_kv_indices", 32768 // 32),
-    ("mi300x", ["--attention-backend", "aiter", "--page-size", "1"], "cuda_graph_page_table", 32768),
+@pytest.mark.parametrize("gpu, model, flags, env, buffer, pages", [
+    ("b200", "Qwen/Qwen3-32B", ["--attention-backend", "trtllm_mha", "--page-size", "16"], {}, "page_table", 32768 // 16),
+    ("b200", "deepseek-ai/DeepSeek-V3", ["--tp", "8", "--attention-backend", "trtllm_mla", "--page-size", "32"], {},
+     "decode_cuda_graph_kv_indices", 32768 // 32),
+    # AITER reads the 2-D table in the verify only on its unified path (an MHA model: the variable)
+    ("mi300x", "Qwen/Qwen3-32B", ["--attention-backend", "aiter", "--page-size", "1"],
+     {"SGLANG_USE_AITER_UNIFIED_ATTN": "1"}, "cuda_graph_page_table", 32768),
 ])
-def test_every_modelled_page_table_backend_gets_its_row_from_a_launch(gpu: str, flags: list[str], buffer: str,
-                                                                     pages: int) -> None:
-    """A launch naming the backend (on a GPU the engine starts it on) gets that backend's table row:
-    cdiv(ctx, ps) pages, blind to the 16 draft tokens, so a verify first reads past it at
-    ctx - D + 1 = 32753, below the scheduler's reach (the row is reached)."""
-    result = _check(["--model-path", "Qwen/Qwen3-32B", "--context-length", "32768", *flags, "--speculative-algorithm",
+def test_every_modelled_page_table_backend_gets_its_row_from_a_launch(gpu: str, model: str, flags: list[str],
+                                                                     env: dict[str, str], buffer: str, pages: int) -> None:
+    """A launch naming the backend (on a GPU the engine starts it on, with a model it runs there: an
+    MLA one for TRT-LLM MLA) gets that backend's table row: cdiv(ctx, ps) pages, blind to the 16 draft
+    tokens, so a verify first reads past it at ctx - D + 1 = 32753, below the scheduler's reach (the row is reached)."""
+    result = _check(["--model-path", model, "--context-length", "32768", *flags, "--speculative-algorithm",
                      "NGRAM", "--speculative-num-draft-tokens", "16", "--speculative-ngram-max-bfs-breadth", "1"],
-                    "sglang==0.5.23", gpu=gpu)
+                    "sglang==0.5.23", env=env, gpu=gpu)
     row = next(r for r in result.rows if r.buffer == buffer and r.mode == "target-verify")
     assert row.width == pages and row.first_failing == 32768 - 16 + 1 and row.reachable, row

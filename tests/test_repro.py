@@ -101,15 +101,16 @@ def test_the_atlas_launch_command_runs_the_rows_setting(release_findings: list[F
         if model_caveat(f):  # a DSA preset on another backend: the engine would force dsa, ps 64
             assert "is a DSA model" in script(f).split('"""')[1], f.id
             continue
-        # The model's config as the engine reads it: a model of the same family from the test data's
-        # Hugging Face cache (the presets' own checkpoints are not in it), the draft likewise.
+        # The model's config as the engine reads it: the launch's own model where the test data's Hugging
+        # Face cache holds it (DeepSeek-V3 for the MLA rows), else a model of the preset's family, the draft likewise.
         command = conditions(f).launch_command.replace("DRAFT_MODEL", "Qwen/Qwen3-8B")
-        config = HF_CACHE / PRESET_CONFIGS[str(f.setting.get("preset"))]
-        # On the GPU its platform stands for: the engine's start-up checks refuse TRT-LLM off Blackwell
         launch = backend_entry(f.backend).get("launch", {})
-        gpu = str(launch["gpu"]) if isinstance(launch, dict) and "gpu" in launch else None
+        assert isinstance(launch, dict)
+        config = None if "model" in launch else HF_CACHE / PRESET_CONFIGS[str(f.setting.get("preset"))]
+        # On the GPU its platform stands for: the engine's start-up checks refuse TRT-LLM off Blackwell
+        gpu = str(launch["gpu"]) if "gpu" in launch else None
         deployment = resolve(command, engine=f.engine, gpu=gpu,
-                             model_config=str(next(config.glob("snapshots/*/config.json"))))
+                             model_config=str(next(config.glob("snapshots/*/config.json"))) if config else None)
         assert deployment is not None, f.id
         g, s = deployment.geometry, f.setting
         assert (g.context_len, g.page_size, g.draft_tokens, g.spec_topk) == (

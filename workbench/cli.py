@@ -665,7 +665,7 @@ def _repro(args: argparse.Namespace, out: IO[str]) -> int:
     if args.record and not args.run:
         raise BadInput("repro: --record needs --run")
     found = select(args.ids, engine=args.engine, every=args.all or args.list, include_unreachable=args.unreachable,
-                   progress=sys.stderr)
+                   progress=sys.stderr, with_latent=args.list)
     if args.list:
         out.write(format_list(found) + "\n")
         return 0

@@ -94,6 +94,7 @@ class Finding:
     extra_bytes: int | None = None  # what a safe size takes over the release's own, in that setting
     extra_share_of_kv: float | None = None
     confirmed: bool | None = None  # the row run again (a serving run, a batch walk) hit the failure
+    latent: str = ""  # why no released setting launches this step, and what would reach it ("" for a deployment)
 
 
 def _value(row: pd.Series, column: str) -> object | None:
@@ -130,6 +131,36 @@ def _count(row: pd.Series, column: str) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
+# A failing row whose step no deployment of its recipe runs: the atlas puts every mode of a backend
+# under every recipe, and the engine builds fewer. A speculative launch replays the target verify and,
+# with a draft model, the drafter's graphs; ``workbench check`` runs those modes for such a launch.
+DECODE_UNDER_SPECULATION = (
+    "a speculative deployment replays no plain decode graph for its target (its decode step is the target "
+    "verify), and without speculation a request stops at the scheduler's cap (ctx - 1), short of this length: "
+    "what would reach it is a decode-graph step that carries a request past ctx - 1, which only speculative "
+    "acceptance does, in a release that replayed the plain decode graph in a speculative run")
+NO_DRAFTER = (
+    "the recipe keeps no draft model (NGRAM proposes from the request's own tokens), so no deployment of it runs "
+    "a {mode} step: what would reach it is an EAGLE-family deployment (a draft model keeping KV) at the same "
+    "context and page size, whose own first failing length `workbench check` gives for its launch")
+
+
+def latent_reason(mode: str, draft_tokens: int, draft_has_kv: bool) -> str:
+    """Why no released setting of the row's recipe runs ``mode`` (and what would), or "" when one does."""
+    speculative = draft_tokens > 0
+    if mode == "decode" and speculative:
+        return DECODE_UNDER_SPECULATION
+    if mode.startswith("draft-") and speculative and not draft_has_kv:
+        return NO_DRAFTER.format(mode=mode)
+    return ""
+
+
+def row_latent(row: pd.Series) -> str:
+    draft = _value(row, "draft_tokens")
+    return latent_reason(str(row["mode"]), int(draft) if isinstance(draft, (int, float)) else 0,
+                         bool(_value(row, "draft_has_kv")))
+
+
 def finding_of(summary: pd.DataFrame, row: pd.Series) -> Finding:
     """One reachable summary row as a finding (``summary`` gives the later releases, for the fix)."""
     settings = [_count(row, f"settings_{status}") for status in ("reachable", "unreachable", "safe")]
@@ -145,19 +176,20 @@ def finding_of(summary: pd.DataFrame, row: pd.Series) -> Finding:
         fixed_in=_fixed_in(summary, row),
         extra_bytes=int(extra) if isinstance(extra, (int, float)) else None,
         extra_share_of_kv=float(share) if isinstance(share, (int, float)) else None,
-        confirmed=bool(confirmed) if confirmed is not None else None,
+        confirmed=bool(confirmed) if confirmed is not None else None, latent=row_latent(row),
     )
 
 
-def findings(summary: pd.DataFrame, releases: Iterable[str] | None = None) -> list[Finding]:
-    """Every reachable row of ``summary`` (of ``releases``, default all) as a finding: releases in
-    order, then backend, then mode as the summary lists them."""
+def findings(summary: pd.DataFrame, releases: Iterable[str] | None = None, *, latent: bool = False) -> list[Finding]:
+    """Every reachable row of ``summary`` (of ``releases``, default all) whose step a deployment of its
+    recipe runs, as a finding: releases in order, then backend, then mode as the summary lists them.
+    ``latent``: instead, the reachable rows no released setting launches (``Finding.latent`` says why)."""
     chosen = set(releases) if releases is not None else None
     rows = summary[summary["status"] == "reachable"]
     if chosen is not None:
         rows = rows[rows["engine"].isin(chosen)]
     order = sorted(rows.index, key=lambda i: (release_key(str(rows.at[i, "engine"])), str(rows.at[i, "backend"])))
-    return [finding_of(summary, rows.loc[i]) for i in order]
+    return [f for f in (finding_of(summary, rows.loc[i]) for i in order) if bool(f.latent) == latent]
 
 
 def past_reach(summary: pd.DataFrame, release: str) -> pd.DataFrame:

@@ -92,6 +92,8 @@ def pick_gpu(command: LaunchCommand, name: str | None) -> tuple[Gpu, str]:
             raise PreflightError(str(err)) from None
     if _device_hint(command.argv) == "npu":
         return gpus.gpu("910b"), "the workbench's assumption for --device npu (give --gpu to change it)"
+    if _device_hint(command.argv) == "xpu":
+        return gpus.gpu("max1550"), "the workbench's assumption for --device xpu (give --gpu to change it)"
     ascend = _ascend_variables(command.env)
     if ascend:
         return gpus.gpu("910b"), (f"the workbench's assumption for a command that sets {', '.join(ascend[:3])} (read only "

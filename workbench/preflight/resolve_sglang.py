@@ -108,6 +108,12 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     conditions = Conditions(overlap=overlap[0], overlap_source=overlap[1], pool_tokens=given,
                             pool_source=found.source if given else "assumed larger than the context", algorithm=algorithm)
     names: tuple[str, ...] = (str(backend),)
+    # The paths the release decided on its platform (decode graphs, a backend's verify path: the
+    # adapter's "path." settings) are shown with their origins; what they set up joins the names.
+    for name in [n for n in s.engine if n.startswith("path.")]:
+        s.take(name)
+    features = s.take("launch_features")
+    names += tuple(str(f) for f in features) if isinstance(features, list) else ()
     if algorithm is not None and algorithm not in MODELLED_ALGORITHMS:
         names += (f"speculative {algorithm}",)  # no backend models its graphs: the check is undecided
     if model.dsa:

@@ -15,18 +15,19 @@ from workbench.repro.runner import ScriptRun, run_script
 
 
 def select(ids: Sequence[str], *, engine: str | None, every: bool, include_unreachable: bool,
-           progress: IO[str]) -> list[Finding]:
+           progress: IO[str], with_latent: bool = False) -> list[Finding]:
     """The findings asked for: every one of the release (and the seeds) with ``every``, else by id.
-    The atlas is computed only when an id needs it (seeds alone do not)."""
+    The atlas is computed only when an id needs it (seeds alone do not). A latent row (no released
+    setting launches it) is found by its id, and with ``every`` only ``with_latent`` (the listing)."""
     seeds = seed_findings()
     if not every and ids and all(i.startswith("seed/") for i in ids):
         return [by_id(seeds, i) for i in ids]
     release = engine or newest_release()
     progress.write(f"workbench repro: computing the atlas of {release} (every setting, boundaries executed) ...\n")
     progress.flush()
-    found = findings(release, include_unreachable=include_unreachable, with_seeds=False) + seeds
+    found = findings(release, include_unreachable=include_unreachable, with_seeds=False, include_latent=True) + seeds
     if every or not ids:
-        return found
+        return [f for f in found if with_latent or f.status != "latent"]
     return [by_id(found, i) for i in ids]
 
 
@@ -34,7 +35,13 @@ def format_list(found: Sequence[Finding]) -> str:
     lines = [f"{'id':<52} {'outcome':<17} {'first fail':>10} {'reach':>7}  {'status':<12} script"]
     for f in found:
         reach = "" if f.reachable_len is None else str(f.reachable_len)
-        lines.append(f"{f.id:<52} {f.outcome:<17} {f.first_failing:>10} {reach:>7}  {f.status:<12} {script_name(f)}")
+        if f.status != "latent":
+            lines.append(f"{f.id:<52} {f.outcome:<17} {f.first_failing:>10} {reach:>7}  {f.status:<12} {script_name(f)}")
+    latent = [f for f in found if f.status == "latent"]
+    if latent:
+        lines += ["", "latent: the engine's code fails in these states, but no released setting launches them "
+                      "(each says what would reach it):"]
+        lines += [f"{f.id:<52} {f.outcome:<17} {f.first_failing:>10}  {f.latent}" for f in latent]
     return "\n".join(lines)
 
 

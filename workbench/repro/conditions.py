@@ -58,6 +58,8 @@ def model_caveat(finding: Finding) -> str:
     preset = str(finding.setting.get("preset", ""))
     launch = backend_entry(finding.backend).get("launch", {})
     assert isinstance(launch, dict)
+    if "model" in launch:  # the launch names a model that runs this backend as asked (its own note says why)
+        return ""
     for model in load_launch_data().models:
         if model.preset == preset and model.dsa and launch.get("attention_backend") != "dsa":
             return (f"{preset} is a DSA model: {finding.release} runs it on the dsa backend at page size 64 whatever the "
@@ -95,6 +97,19 @@ def _model_path(preset: str) -> tuple[str, list[str]]:
     return preset or "MODEL", ["--speculative-draft-model-path", "DRAFT_MODEL"]
 
 
+def _launch_model(launch: dict[str, object], preset: str) -> tuple[str, list[str], list[str]]:
+    """(model path, its draft flags, its parallel flags): the backend's own deployment model where the
+    data name one (an MLA model without DSA for an MLA backend), else the atlas preset's model."""
+    model = launch.get("model")
+    if isinstance(model, dict):
+        parallel = [str(x) for x in model.get("parallel", [])] if isinstance(model.get("parallel"), list) else []
+        draft = [] if model.get("drafts_itself") else ["--speculative-draft-model-path", "DRAFT_MODEL"]
+        return str(model["path"]), draft, parallel
+    path, draft = _model_path(preset)
+    flags = launch.get("parallel", [])
+    return path, draft, [str(x) for x in flags] if isinstance(flags, list) else []
+
+
 def launch_entry_of(finding: Finding) -> dict[str, object]:
     """The finding's mode entry of ``data/repro.json`` (empty when it has none)."""
     modes = backend_entry(finding.backend).get("modes", {})
@@ -112,9 +127,11 @@ def launch_command(finding: Finding) -> str:
     assert isinstance(launch, dict)
     if "command" in launch:
         return str(launch["command"])
-    model, draft = _model_path(str(s.get("preset", "")))
+    model, draft, parallel = _launch_model(launch, str(s.get("preset", "")))
     words, spec = _recipe(s)
-    parts = ["python -m sglang.launch_server", "--model-path", model]
+    env = launch.get("env", [])  # variables the engine reads at start-up (AITER's unified attention)
+    parts = [str(x) for x in env] if isinstance(env, list) else []
+    parts += ["python -m sglang.launch_server", "--model-path", model, *parallel]
     parts += [str(x) for x in launch.get("device_flags", [])]
     parts += ["--attention-backend", str(launch["attention_backend"])]
     if s.get("context_len"):
@@ -129,6 +146,8 @@ def launch_command(finding: Finding) -> str:
     parts += [str(x) for x in flags]
     if s.get("max_bs") and "--disable-cuda-graph" not in parts:
         parts += [_graph_batch_flag(finding.release), str(s["max_bs"])]
+        graph_flags = launch.get("graph_flags", [])  # what turns the platform's graphs on (XPU's opt-in)
+        parts += [str(x) for x in graph_flags] if isinstance(graph_flags, list) else []
     return " ".join(parts)
 
 
@@ -216,17 +235,20 @@ def conditions(finding: Finding) -> Conditions:
     command = launch_command(finding)
     return Conditions(launch_command=command, recipe=words, scheduler=_scheduler(finding), batch=batch, kv_pool=pool,
                       releases=release_range(finding),
-                      caveat="; ".join(c for c in (model_caveat(finding), recipe_caveat(finding),
+                      caveat="; ".join(c for c in (model_caveat(finding), recipe_caveat(finding), _launch_note(finding),
                                                    str(launch_entry_of(finding).get("note", ""))) if c))
 
 
+def _launch_note(finding: Finding) -> str:
+    """Why the launch differs from the atlas preset's (another model, a variable, a flag), as the data say."""
+    launch = backend_entry(finding.backend).get("launch", {})
+    assert isinstance(launch, dict)
+    return str(launch.get("note", ""))
+
+
 def recipe_caveat(finding: Finding) -> str:
-    """A draft-extend row under a recipe without a draft model (NGRAM) names a step such a deployment never runs."""
-    s = finding.setting
-    if finding.mode == "draft-extend" and s.get("draft_tokens") and not s.get("draft_has_kv"):
-        return ("NGRAM keeps no draft model, so an NGRAM deployment runs no draft-extend step: the state is an "
-                "EAGLE deployment's with the same numbers")
-    return ""
+    """A latent row (a step no deployment of the recipe runs: ``atlas.findings.latent_reason``) says so."""
+    return finding.latent
 
 
 def needs_torchvision(release: str) -> bool:

@@ -26,6 +26,7 @@ from workbench import backends
 from workbench.analysis.boundary import fast_boundary
 from workbench.analysis.cases import parse_case
 from workbench.analysis.seeds import SEEDS
+from workbench.atlas.findings import latent_reason
 from workbench.backends.base import Seed
 from workbench.engines.store.launch_defaults import load_launch_data
 from workbench.model.cases import AllocatorCase, TableCase
@@ -56,6 +57,7 @@ class Finding:
     story: str = ""
     extra: dict[str, object] = field(default_factory=dict)  # kind-specific inputs (the allocator's pool)
     reach_why: str = ""  # how the reach was obtained (recipe, overlap, scheduler facts), as the atlas row says
+    latent: str = ""  # status "latent": why no released setting launches this step, and what would reach it
 
     @property
     def version(self) -> str:
@@ -94,20 +96,27 @@ def from_atlas_row(row: pd.Series) -> Finding:
             setting[column] = _int(value)
     version = str(row.engine).split("==", 1)[1]
     first = _int(row.first_failing_seq_len)
+    latent = latent_reason(str(row["mode"]), _int(row.get("draft_tokens")) or 0, bool(setting["draft_has_kv"]))
+    status = "latent" if latent and str(row.status) == "reachable" else str(row.status)
     return Finding(
         id=f"{version}/{_short(str(row.backend))}/{row['mode']}", engine=str(row.engine), backend=str(row.backend),
         mode=str(row["mode"]), rule=str(row.rule), check=str(row.replay), outcome=str(row.outcome),
-        first_failing=first if first is not None else 0, reachable_len=_int(row.reachable_len), status=str(row.status),
+        first_failing=first if first is not None else 0, reachable_len=_int(row.reachable_len), status=status,
         setting=setting, batch=_int(row.get("batch")) or 1, pool_tokens=_int(row.get("pool_tokens")),
         buffer_width=_int(row.get("buffer_width")), safe_bytes=_int(row.get("safe_bytes")),
-        engine_bytes=_int(row.get("engine_bytes")), message=str(row.error or ""), reach_why=str(row.get("reach_why") or ""))
+        engine_bytes=_int(row.get("engine_bytes")), message=str(row.error or ""), reach_why=str(row.get("reach_why") or ""),
+        latent=latent)
 
 
-def atlas_findings(summary: pd.DataFrame, *, include_unreachable: bool = False) -> list[Finding]:
-    """The failing rows of an atlas summary (SGLang's table and pooled backends), reachable first."""
-    wanted = ("reachable", "unreachable") if include_unreachable else ("reachable",)
-    rows = summary[summary.status.isin(wanted) & summary.backend.map(_is_sglang_buffer)]
-    found = [from_atlas_row(r) for _, r in rows.iterrows()]
+def atlas_findings(summary: pd.DataFrame, *, include_unreachable: bool = False,
+                   include_latent: bool = False) -> list[Finding]:
+    """The failing rows of an atlas summary (SGLang's table and pooled backends), reachable first;
+    a reachable row whose step no deployment of its recipe runs is "latent" (``atlas.findings.latent_reason``),
+    listed apart and only with ``include_latent``."""
+    wanted = ("reachable", "latent", "unreachable")
+    rows = summary[summary.status.isin(("reachable", "unreachable") if include_unreachable else ("reachable",))
+                   & summary.backend.map(_is_sglang_buffer)]
+    found = [f for f in (from_atlas_row(r) for _, r in rows.iterrows()) if include_latent or f.status != "latent"]
     return sorted(found, key=lambda f: (wanted.index(f.status), f.backend, f.mode))
 
 
@@ -186,12 +195,19 @@ def release_summary(engine: str) -> pd.DataFrame:
 
 
 def findings(engine: str | None = None, *, summary: pd.DataFrame | None = None, include_unreachable: bool = False,
-             with_seeds: bool = True) -> list[Finding]:
-    """A release's failing atlas rows (the newest SGLang release by default) and the seeds."""
+             with_seeds: bool = True, include_latent: bool = False) -> list[Finding]:
+    """A release's failing atlas rows whose launches the engine builds (the newest SGLang release by
+    default) and the seeds; ``include_latent`` adds the rows no released setting launches."""
     engine = engine or newest_release()
     frame = summary if summary is not None else release_summary(engine)
-    out = atlas_findings(frame[frame.engine == engine], include_unreachable=include_unreachable)
+    out = atlas_findings(frame[frame.engine == engine], include_unreachable=include_unreachable,
+                         include_latent=include_latent)
     return out + (seed_findings() if with_seeds else [])
+
+
+def latent_findings(engine: str | None = None, *, summary: pd.DataFrame | None = None) -> list[Finding]:
+    """The release's reachable rows that no released setting launches, each saying what would reach it."""
+    return [f for f in findings(engine, summary=summary, with_seeds=False, include_latent=True) if f.status == "latent"]
 
 
 def by_id(found: Sequence[Finding], wanted: str) -> Finding:

@@ -74,7 +74,10 @@ class AiterPageTableBackend(LivePageBackend):
     engine = "sglang"
     device_family = "rocm"
     buffer_name = "cuda_graph_page_table"
-    launch_names = ("aiter",)  # --attention-backend aiter on a ROCm GPU
+    # --attention-backend aiter on a ROCm GPU, on the unified verify only: the engine process reads
+    # AiterAttnBackend.__init__'s choice (a sliding-window KV pool or SGLANG_USE_AITER_UNIFIED_ATTN=1,
+    # non-MLA, topk 1; engines/sglang/device_paths.py) and names this feature when it is taken
+    launch_names = ("aiter-unified-verify",)
     unit = "pages"
     short = "aiter"
     # The engine default 1, or 64 with the vectorized 5-D KV layout on ROCm

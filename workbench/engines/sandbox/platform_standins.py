@@ -8,6 +8,9 @@ get the answers of the ``Gpu`` the check was given:
   ``get_device_capability``, ``get_device_properties``, ``mem_get_info``; ``torch.version.cuda``
   or ``torch.version.hip`` is the GPU's toolkit version.
 * ``torch.npu`` (Ascend): the same questions on the NPU module the engine probes.
+* ``torch.xpu`` (Intel): the same questions, and the properties SGLang reads on XPU
+  (``has_fp64``, which ``xpu_has_xmx_support`` takes for XMX; ``torch.cuda`` stays unavailable, so
+  SGLang's platform discovery picks its ``XpuSRTPlatform``).
 * the vendor's command-line tools the engines run for memory and capability (``nvidia-smi``,
   ``rocminfo``, ``npu-smi``): small scripts on ``PATH`` printing the GPU's values.
 
@@ -34,6 +37,7 @@ def _properties(gpu: Gpu) -> types.SimpleNamespace:
         name=gpu.device_name, total_memory=gpu.memory_bytes, major=major, minor=minor,
         multi_processor_count=gpu.multiprocessors, gcnArchName=gpu.arch or "", is_integrated=False,
         L2_cache_size=50 << 20, uuid="stand-in", warp_size=64 if gpu.platform == "rocm" else 32,
+        has_fp64=gpu.fp64, max_compute_units=gpu.multiprocessors, platform_name=gpu.device_name,
     )
 
 
@@ -53,6 +57,8 @@ def _device_module(gpu: Gpu, module: Any) -> None:
         "synchronize": lambda device=None: None,
         "empty_cache": lambda: None,
         "get_arch_list": lambda: [f"sm_{gpu.capability[0]}{gpu.capability[1]}"],
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
         "is_bf16_supported": lambda *args, **kwargs: True,
     }
     for name, value in values.items():
@@ -154,13 +160,15 @@ def install(gpu: Gpu) -> Path:
         _device_module(gpu, torch.cuda)
         torch.version.cuda = gpu.toolkit if gpu.platform == "cuda" else None  # type: ignore[misc]
         torch.version.hip = gpu.toolkit if gpu.platform == "rocm" else None  # type: ignore[misc]
+    elif gpu.platform == "xpu":
+        _device_module(gpu, torch.xpu)  # torch.cuda stays unavailable: the engine finds an XPU only
     elif gpu.platform == "npu":
         npu = types.ModuleType("torch.npu")
         _device_module(gpu, npu)
         torch.npu = npu  # type: ignore[attr-defined]
         sys.modules["torch.npu"] = npu
     else:
-        raise ValueError(f"gpu {gpu.name}: platform {gpu.platform!r} is not cuda, rocm or npu")
+        raise ValueError(f"gpu {gpu.name}: platform {gpu.platform!r} is not cuda, rocm, npu or xpu")
     tools = Path(tempfile.mkdtemp(prefix=f"workbench-{gpu.name}-tools-"))
     _tool(tools, "nvidia-smi", _nvidia_smi(gpu) if gpu.platform == "cuda" else "#!/bin/sh\nexit 127\n")
     if gpu.platform == "rocm":

@@ -47,6 +47,7 @@ from workbench.engines.commands.adapter_common import (
 from workbench.engines.commands.adapters import (
     ENGINE,
     GIVEN,
+    READ,
     REJECTED,
     RESOLVED,
     UNDECIDED,
@@ -70,6 +71,14 @@ from workbench.engines.sandbox.model_lookup import (
     locate,
     warm_hub_client,
 )
+from workbench.engines.sglang.device_paths import (
+    AITER_UNIFIED_VERIFY,
+    AITER_VERIFY,
+    DECODE_GRAPH,
+    LAUNCH_FEATURES,
+    aiter_verify_setting,
+    decode_graph_setting,
+)
 from workbench.engines.sglang.launch_runner import run_runner_stage
 
 # The settings the workbench's side reads (workbench.preflight.resolve_sglang), reported whether or
@@ -90,13 +99,21 @@ def _stash_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
     that record decisions as ``(source, fields)`` in ``_resolved_overrides`` instead of writing them
     (read after the resolution: the list is the engine's own and is left as it is)."""
     sites: dict[str, str] = {}
+    named = source_sites(server_args, defs)
     for source, fields in getattr(server_args, "_resolved_overrides", None) or ():
+        for name in fields:
+            sites[name] = named[str(source)]
+    return sites
+
+
+def source_sites(server_args: Any, defs: dict[str, str]) -> dict[str, str]:
+    """A declaration's source (``_resolved_overrides``) -> ``"source (file:line)"`` of its function."""
+    sites: dict[str, str] = {}
+    for source, _ in getattr(server_args, "_resolved_overrides", None) or ():
         # "module.function", "Class.method" or "function.detail": the innermost part that is a def
         parts = [p for part in reversed(str(source).split(".")) for p in (part, part.lstrip("_"))]
         function = next((part for part in parts if part in defs), None)
-        site = f"{source} ({defs[function]})" if function else str(source)
-        for name in fields:
-            sites[name] = site
+        sites[str(source)] = f"{source} ({defs[function]})" if function else str(source)
     return sites
 
 
@@ -272,6 +289,7 @@ class SGLangAdapter(LaunchAdapter):
         namespace = {renames.get(k, k): v for k, v in namespace.items()}
         settings = self._settings(server_args, flags, namespace, writes, model)
         settings.update(runner_settings)
+        settings.update(self._paths(server_args, model_config, flags))
         context = getattr(model_config, "context_len", None)
         settings["model_config.context_len"] = Setting(
             context, ENGINE, f"ModelConfig.context_len ({self._context_source()}) from {model.found}")
@@ -285,6 +303,25 @@ class SGLangAdapter(LaunchAdapter):
                   "asked the hub about it)" for name in dict.fromkeys(ASSUMED_ABSENT)]
         return Resolution(request.engine, RESOLVED, flags=tuple(flags), settings=settings, model=facts,
                           notes=tuple(notes), functions=tuple(writes.functions), seconds=times)
+
+    def _paths(self, server_args: Any, model_config: Any, flags: list[FlagUse]) -> dict[str, Setting]:
+        """The graph paths the release takes on its platform (``device_paths``): decode graphs on
+        or off, AITER's verify path, and the features they set up."""
+        found: dict[str, Setting] = {}
+        decode = decode_graph_setting(server_args, _resolved(server_args), [f.dest for f in flags],
+                                      source_sites(server_args, self.defs))
+        if decode is not None:
+            found[DECODE_GRAPH] = decode
+        try:
+            aiter = aiter_verify_setting(server_args, model_config, self.package_dir)
+        except Exception as error:  # noqa: BLE001 - an input the release computes differently: say so, decide nothing
+            found[AITER_VERIFY] = Setting("unknown", READ, f"AITER's verify path could not be read: {one_line(error)}")
+            aiter = None
+        if aiter is not None:
+            found[AITER_VERIFY] = aiter[0]
+            if aiter[1]:
+                found[LAUNCH_FEATURES] = Setting([AITER_UNIFIED_VERIFY], READ, aiter[0].source)
+        return found
 
     def _model_config(self, server_args: Any, draft: Located | None = None) -> Any:
         """The release's ModelConfig of the model (or of the draft model), as its runner builds it."""
@@ -419,13 +456,20 @@ def _kv_bytes(model_config: Any, server_args: Any) -> int | None:
     if not isinstance(layers, int):
         return None
     rank, rope = getattr(model_config, "kv_lora_rank", None), getattr(model_config, "qk_rope_head_dim", None)
-    if str(getattr(model_config, "attention_arch", "")).endswith("MLA") and isinstance(rank, int) and isinstance(rope, int):
+    if _arch_name(model_config) == "MLA" and isinstance(rank, int) and isinstance(rope, int):
         return int(layers * (rank + rope) * per_value)
     heads = getattr(model_config, "num_key_value_heads", None)
     head_dim = getattr(model_config, "head_dim", None)
     if isinstance(heads, int) and isinstance(head_dim, int):
         return int(2 * layers * heads * head_dim * per_value)
     return None
+
+
+def _arch_name(model_config: Any) -> str:
+    """``ModelConfig.attention_arch`` by its member name ("MLA", "MHA"): an ``IntEnum`` member prints
+    as its number on Python 3.11 and later (0.5.23's ``AttentionArch``), older releases' as the name."""
+    arch = getattr(model_config, "attention_arch", None)
+    return str(getattr(arch, "name", arch or "")).rsplit(".", 1)[-1]
 
 
 def _is_dsa(hf_config: Any) -> bool:
@@ -442,7 +486,7 @@ def _is_dsa(hf_config: Any) -> bool:
 def _facts(located: Located, model_config: Any, server_args: Any, draft_facts: ModelFacts | None = None) -> ModelFacts:
     hf_config = getattr(model_config, "hf_config", None)
     architectures = getattr(hf_config, "architectures", None) or ["?"]
-    arch = str(getattr(model_config, "attention_arch", ""))
+    arch = _arch_name(model_config)
     return ModelFacts(
         path=located.name, found=located.found, architecture=str(architectures[0]),
         context_length=getattr(model_config, "context_len", None), attention="mla" if arch.endswith("MLA") else "mha",

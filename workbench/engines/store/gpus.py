@@ -19,7 +19,7 @@ class Gpu:
     through a stand-in platform (``torch.cuda`` answering with these values)."""
 
     name: str  # the workbench's key: "h100"
-    platform: str  # "cuda", "rocm" or "npu"
+    platform: str  # "cuda", "rocm", "npu" or "xpu"
     device_name: str  # as torch reports it: "NVIDIA H100 80GB HBM3"
     capability: tuple[int, int]  # (9, 0)
     memory_mib: int  # total memory as nvidia-smi reports it
@@ -28,6 +28,7 @@ class Gpu:
     source: str  # where these values come from (a vendor datasheet URL)
     devices_per_node: int = 8  # how many the stand-in platform reports
     arch: str = ""  # ROCm's gcnArchName ("gfx942"); "" elsewhere
+    fp64: bool = False  # native FP64 (torch.xpu's ``has_fp64``: SGLang takes it for XMX support on XPU)
 
     @property
     def memory_bytes(self) -> int:
@@ -60,4 +61,5 @@ def gpu(name: str, path: Path = GPUS_FILE) -> Gpu:
     return Gpu(name=name, platform=entry["platform"], device_name=entry["device_name"],
                capability=(int(entry["capability"][0]), int(entry["capability"][1])), memory_mib=int(entry["memory_mib"]),
                multiprocessors=int(entry["multiprocessors"]), toolkit=str(entry["toolkit"]), source=entry["source"],
-               devices_per_node=int(entry.get("devices_per_node", 8)), arch=str(entry.get("arch", "")))
+               devices_per_node=int(entry.get("devices_per_node", 8)), arch=str(entry.get("arch", "")),
+               fp64=bool(entry.get("fp64", False)))
