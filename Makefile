@@ -3,7 +3,7 @@ PY := .venv/bin/python
 OUT ?= reports
 DEVICE ?= auto
 
-.PHONY: setup report test releases vllm-releases
+.PHONY: setup report test test-slow releases vllm-releases
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,10 @@ report: setup
 TEST_JOBS ?= auto
 test: setup
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
+# The tests marked slow (an engine process per GPU a finding stands on: minutes), skipped by `make test`.
+test-slow: setup
+	WORKBENCH_SLOW=1 $(PY) -m pytest -q -m slow
 
 # Every SGLang release learned from its own code (resumable: a release already learned from the same
 # wheel by the same learner is skipped), the atlas's settings asked of each one's start-up checks,

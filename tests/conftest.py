@@ -46,6 +46,19 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "WORKBENCH_REPRO_VENV=1)")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (minutes of engine processes each) run with ``WORKBENCH_SLOW=1``
+    (``make test-slow``), so that ``make test`` stays within CI's time."""
+    import os
+
+    if os.environ.get("WORKBENCH_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: WORKBENCH_SLOW=1 (make test-slow) runs it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def small_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any], str]:
     """The whole main job (``make report``), every notebook with its small test parameters, built
