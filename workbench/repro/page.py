@@ -95,7 +95,8 @@ def entry(finding: Finding, results: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def findings_markdown(found: Sequence[Finding], results: dict[str, dict[str, object]] | None = None) -> str:
+def findings_markdown(found: Sequence[Finding], results: dict[str, dict[str, object]] | None = None,
+                      latent: Sequence[Finding] = ()) -> str:
     results = load_results() if results is None else results
     body = [INTRO]
     for f in found:
@@ -103,14 +104,27 @@ def findings_markdown(found: Sequence[Finding], results: dict[str, dict[str, obj
             body.append(entry(f, results))
         except ValueError as error:  # a row this checkout has no template for yet: said, not hidden
             body.append(f"## `{f.id}`\n\n{title(f)}. No reproducer yet: {error}\n")
+    if latent:
+        body.append(LATENT_INTRO)
+        body.extend(f"- `{f.id}`: {title(f)}. {f.latent}" for f in latent)
+        body.append("")
     return "\n".join(body)
 
 
-def current_findings_markdown() -> str:
-    """The page of the newest release's findings and the seeds, as the data in this checkout gives it."""
-    from workbench.repro.findings import findings, newest_release
+LATENT_INTRO = """# Latent: the buffer fails, no released setting runs the step
 
-    return findings_markdown(findings(newest_release()))
+These rows fail in the model and the release's own code, but no deployment of the recipe they were
+found under runs that step, so they are no finding; each says what would reach it. `workbench repro
+--list` lists them apart; `workbench repro ID` still writes a script for one.
+"""
+
+
+def current_findings_markdown() -> str:
+    """The page of the newest release's findings and the seeds, then its latent rows, as the data in
+    this checkout gives it."""
+    from workbench.repro.findings import findings, latent_findings, newest_release
+
+    return findings_markdown(findings(newest_release()), latent=latent_findings(newest_release()))
 
 
 def write_report_findings(out_dir: str | Path) -> Path:
