@@ -197,3 +197,21 @@ def test_a_model_without_state_layers_gets_no_state_row(monkeypatch: pytest.Monk
     assert "recurrent_state" not in result.deployment.settings  # type: ignore[attr-defined]
     assert not [r for r in result.rows if r.backend == gdn.NAME]  # type: ignore[attr-defined]
     assert "linear-attention" not in result.verdict  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("engine", ["sglang==0.5.23", "sglang==0.5.9"])
+def test_an_sglang_hybrid_launch_is_not_safe_about_its_state_layers(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's hybrid state (GDN pool, verify scratch rows) is not modelled: the release's own
+    ``mambaish_config`` (a function from 0.5.17, a ModelRunner property before) says the model has
+    it, and the verdict names it instead of SAFE; a model without it gets no such part."""
+    from workbench import preflight
+    from workbench.preflight import UNDECIDED
+
+    if wheels.cached(engine) is None:
+        pytest.skip(f"{engine} is not in {wheels.cache_root()}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(HF_CACHE))
+    hybrid = preflight.check("sglang serve --model-path Qwen/Qwen3.5-27B", engine=engine, progress=None)
+    assert hybrid.status == UNDECIDED and "linear-attention state (Qwen3_5TextConfig)" in hybrid.verdict
+    assert hybrid.deployment is not None and hybrid.deployment.settings["recurrent_state"].origin == "engine"
+    plain = preflight.check("sglang serve --model-path Qwen/Qwen3-8B", engine=engine, progress=None)
+    assert "linear-attention" not in plain.verdict and "recurrent_state" not in plain.deployment.settings  # type: ignore[union-attr]

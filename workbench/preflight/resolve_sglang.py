@@ -116,6 +116,9 @@ def deployment(resolution: Resolution, context: ResolveContext) -> Deployment:
     names += tuple(str(f) for f in features) if isinstance(features, list) else ()
     if algorithm is not None and algorithm not in MODELLED_ALGORITHMS:
         names += (f"speculative {algorithm}",)  # no backend models its graphs: the check is undecided
+    state = s.take("recurrent_state")
+    if state is not None:  # a hybrid model's state pool and indices: no SGLang backend models them yet
+        names += (f"linear-attention state ({state})",)
     if model.dsa:
         s.add("dsa", True, ENGINE, f"the release's DSA predicate on {model.architecture}")
     return Deployment(context.version, context.command, context.choice, model.path, model, device, geometry, names,

@@ -71,6 +71,7 @@ from workbench.engines.sandbox.model_lookup import (
     locate,
     warm_hub_client,
 )
+from workbench.engines.sglang import hybrid_state
 from workbench.engines.sglang.device_paths import (
     AITER_UNIFIED_VERIFY,
     AITER_VERIFY,
@@ -321,6 +322,9 @@ class SGLangAdapter(LaunchAdapter):
             found[AITER_VERIFY] = aiter[0]
             if aiter[1]:
                 found[LAUNCH_FEATURES] = Setting([AITER_UNIFIED_VERIFY], READ, aiter[0].source)
+        state = hybrid_state.state_setting(model_config)
+        if state is not None:
+            found[hybrid_state.KIND] = state
         return found
 
     def _model_config(self, server_args: Any, draft: Located | None = None) -> Any:
