@@ -55,7 +55,10 @@ def summary() -> pd.DataFrame:
 
 
 def _finding(summary: pd.DataFrame, release: str, backend: str, mode: str = "target-verify") -> object:
-    return next(f for f in findings(summary, [release]) if f.backend == backend and f.mode == mode)
+    """The finding of that row; a decode row of this speculative summary is latent (no deployment of its
+    recipe replays the plain decode graph), and the page's words for it are the same."""
+    found = [*findings(summary, [release]), *findings(summary, [release], latent=True)]
+    return next(f for f in found if f.backend == backend and f.mode == mode)
 
 
 def test_fixed_in_is_the_first_later_release_that_no_longer_fails(summary: pd.DataFrame) -> None:
@@ -143,8 +146,10 @@ def test_every_column_head_links_to_a_glossary_entry_on_the_page(summary: pd.Dat
     page = _Page()
     page.feed(findings_html(summary, ""))
     tables = findings_html(summary, "").count('<table class="findings">')
-    # a table per release that fails: sglang 0.5.1, 0.5.2, 0.5.3, 0.5.10, vllm 0.10.1.1 and the crash report's case
-    assert tables == 6 and len(page.heads) == len(FINDINGS_COLUMNS) * tables
+    # a table per release with a finding a deployment runs (a release whose only failing rows are latent,
+    # plain decode under a speculative recipe, has none)
+    releases = {f.release for f in findings(summary)}
+    assert tables == len(releases) >= 2 and len(page.heads) == len(FINDINGS_COLUMNS) * tables
     assert all(head.startswith("#g-") and head[1:] in page.ids for head in page.heads), page.heads
     assert {f"g-{anchor}" for anchor, _, _ in GLOSSARY} <= page.ids
 
