@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -125,7 +126,53 @@ def starting_slots(module: Any, drafts: int, accepted: list[int], before: int) -
     return [int(final[row * width, 0, 0, 0].item()) for row in range(rows)]
 
 
+# The reproducer's states (``--engine``): PR 48475's (two requests, MTP 6, the second with 0 accepted),
+# the first row with 0 accepted, and a step where every row accepted some tokens.
+REPRO_STATES = ({"drafts": 6, "accepted": [3, 0]}, {"drafts": 6, "accepted": [0, 4]}, {"drafts": 6, "accepted": [7, 1]})
+
+
+def reproduce(engine: str) -> int:
+    """``python -m workbench.engines.vllm.gdn_kernel --engine vllm==X``: the release's own kernel on
+    the reproducer's states, unpatched and with PR 48475's clamp, beside the workbench's model; exit 0
+    when a row with 0 accepted tokens reads outside its own row unpatched, none does with the clamp,
+    and the model reads the slots the kernel reads in every run."""
+    from workbench.backends.vllm import gdn_state_indices as gdn
+    from workbench.engines.store import wheels
+
+    install, triton = wheels.cached(engine), wheels.triton_dir()
+    if install is None or triton is None:
+        print(f"{engine} or triton is not in the workbench's cache (workbench check --engine {engine} fetches the "
+              "release; workbench engines fetch --triton the kernels' compiler)", file=sys.stderr)
+        return 2
+    job = {"package_dir": str(install.package_dir), "deps": str(install.deps), "triton": str(triton),
+           "states": [{**s, "before": gdn.BEFORE} for s in REPRO_STATES]}
+    held = True
+    for clamp in (False, True):
+        done = subprocess.run([sys.executable, "-m", "workbench.engines.vllm.gdn_kernel"], input=json.dumps({**job, "clamp": clamp}),
+                              capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+        if done.returncode != 0:
+            print(done.stderr[-2000:], file=sys.stderr)
+            return 2
+        runs = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{engine}, {'with the clamp of PR 48475' if clamp else 'as released'}:")
+        for state, slots in zip(REPRO_STATES, runs):
+            width = 1 + int(state["drafts"])  # type: ignore[call-overload]
+            accepted = [int(a) for a in state["accepted"]]  # type: ignore[attr-defined]
+            case = gdn.BACKEND.parse({"component": gdn.NAME, "rows": len(accepted), "drafts": width - 1,
+                                      "accepted": accepted, "index": "clamped" if clamp else "unbounded"})
+            model = gdn.starting_slots(case)
+            outside = [r for r, slot in enumerate(slots) if not 1 + r * width <= slot <= (r + 1) * width]
+            print(f"  accepted {accepted}: the kernel started row by row from slots {slots} (model: {model}); "
+                  f"rows reading outside their own slots: {outside or 'none'}")
+            zero_rows = [r for r, a in enumerate(accepted) if a == 0]
+            held &= model == slots and (outside == [] if clamp else outside == zero_rows)
+    print("every claim held" if held else "a claim did not hold")
+    return 0 if held else 1
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--engine"] and len(sys.argv) == 3:
+        return reproduce(sys.argv[2])
     job = json.loads(sys.stdin.read())
     os.environ["TRITON_INTERPRET"] = "1"
     from workbench.engines.store.gpus import gpu
