@@ -31,6 +31,8 @@ def _row_lines(row: Row) -> list[str]:
     first = str(row.first_failing) if row.first_failing is not None else "none"
     reach = str(row.reach) if row.reach is not None else "-"
     margin = f"{row.margin:+d}" if row.margin is not None else "-"
+    if row.kind == "state":  # a step's state fails, whatever the length: no first length, no margin to it
+        first, margin = ("any step" if row.first_failing is not None else "none"), "-"
     mode = f"{row.mode} (step {row.step_id})" if row.mode == "draft-decode" else row.mode
     head = (f"  {row.buffer:<13} {row.backend:<28} {mode:<22} {row.rule:<19} {width:>14} {first:>11} "
             f"{row.outcome:<16} {reach:>8} {margin:>7}  {'REACHED' if row.reachable else ''}")
