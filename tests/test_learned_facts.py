@@ -338,3 +338,23 @@ def test_the_ascend_learners_source_reading_reads_its_own_example_file(tmp_path:
     (folder / "mtp_proposer.py").write_text("\ufeff" + SPLIT, encoding="utf-8")
     fact = learn_ascend.drafter_fact(tmp_path / "vllm_ascend")
     assert fact["value"] == "reset" and fact["source"] == "vllm_ascend/spec_decode/mtp_proposer.py:5-7"
+
+
+@pytest.mark.engine_versions
+@pytest.mark.parametrize(("engine", "clamped"), [("sglang==0.5.18", False), ("sglang==0.5.19", True)])
+def test_sglang_npu_gather_is_clamped_from_0_5_19(engine: str, clamped: bool) -> None:
+    """docs/engine-facts.md said the clamp starts in 0.5.20: the release's own ``alloc_decode`` run
+    on the seed under both candidates says 0.5.19, and its source has the clamp statement there."""
+    from workbench.engines.sandbox.locate import Wheel
+    from workbench.engines.sglang import learn as learn_sglang
+    from workbench.engines.sglang import learn_buffers as lb
+
+    install = _release(engine)
+    modules = lb.locate_modules(Wheel(install.src, "sglang"))
+    with learn_sglang._session(install, modules, lambda line: None) as (session, _):
+        fact = learn_sglang._learn_npu_gather(session, modules, lambda line: None)
+    assert fact["value"] == ("npu-clamped" if clamped else "npu-legacy")
+    source = (install.src / "sglang/srt/hardware_backend/npu/allocator_npu.py").read_text()
+    assert ("start_new_pages.clamp(max=num_new_pages - 1)" in source) is clamped
+    shipped = _shipped(engine)["sections"]["buffers"]["backends"]["allocator"]["gather"]
+    assert shipped["value"] == fact["value"]
