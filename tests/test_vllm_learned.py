@@ -253,7 +253,9 @@ def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Pa
         assert ascend.drafters()[data["engine"]] == fact["value"]
     installed = wheels.cached(data["engine"])
     resets = [f for f in (fact, *fact.get("proposers", {}).values()) if f.get("value") == "reset"]
-    for found in resets if installed is not None else ():
+    for found in resets:
+        if installed is None:
+            break
         file, lines = found["source"].split(", ")[0].rsplit(":", 1)
         text = (installed.src / file).read_text(encoding="utf-8-sig").splitlines()[int(lines.split("-")[-1]) - 1]
         assert ".masked_fill_(" in text and text.rstrip().endswith(", 1)")
