@@ -240,7 +240,8 @@ ASCEND = sorted(learned.SHIPPED.joinpath("vllm-ascend").glob("*.json"))
 @pytest.mark.parametrize("path", ASCEND, ids=[p.stem for p in ASCEND])
 def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Path) -> None:
     """The drafter fact is read (the drafter runs on an NPU only), with the file it was read in;
-    a ``reset`` names the line, and that line of the cached release is the reset itself."""
+    a ``reset`` (the release's, or one drafter class's where they differ) names the lines from its
+    mask to its call, and the last of them in the cached release is the reset itself."""
     from workbench.backends.vllm import ascend_block_table as ascend
     from workbench.engines.store import wheels
 
@@ -251,9 +252,12 @@ def test_each_vllm_ascend_release_names_its_drafter_with_the_lines_read(path: Pa
     if fact["value"] is not None:
         assert ascend.drafters()[data["engine"]] == fact["value"]
     installed = wheels.cached(data["engine"])
-    if fact["value"] == "reset" and installed is not None:
-        file, line = fact["source"].rsplit(":", 1)
-        text = (installed.src / file).read_text().splitlines()[int(line) - 1]
+    resets = [f for f in (fact, *fact.get("proposers", {}).values()) if f.get("value") == "reset"]
+    for found in resets:
+        if installed is None:
+            break
+        file, lines = found["source"].split(", ")[0].rsplit(":", 1)
+        text = (installed.src / file).read_text(encoding="utf-8-sig").splitlines()[int(lines.split("-")[-1]) - 1]
         assert ".masked_fill_(" in text and text.rstrip().endswith(", 1)")
 
 

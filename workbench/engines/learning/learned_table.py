@@ -61,12 +61,20 @@ def _fact(section: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
 
 
 def cell(fact: Mapping[str, Any] | None) -> str:
-    """``ctx+D`` measured, ``ctx+D (r)`` read, ``-`` absent, ``?`` not modelled (a finding)."""
+    """``ctx+D`` measured, ``ctx+D (r)`` read, ``-`` absent, ``?`` not modelled (a finding),
+    ``undetermined: a / b`` where the states measured do not tell forms apart, and each class's
+    value where a release's drafter classes differ."""
     if fact is None:
         return " "
     if fact.get("how") == "absent":
         return "-"
     value = fact.get("value")
+    if value is None and fact.get("undetermined"):  # several forms agree on every state measured
+        return "undetermined: " + " / ".join(SHORT.get(str(f), str(f)) for f in fact["undetermined"])
+    if value is None and isinstance(fact.get("proposers"), Mapping):  # the drafter classes differ
+        shown = ", ".join(f"{name} {SHORT.get(str(p.get('value')), p.get('value'))}"
+                          for name, p in fact["proposers"].items())
+        return shown + (" (r)" if fact.get("how") == "read" else "")
     if value is None:
         return "?"
     if isinstance(value, Mapping):

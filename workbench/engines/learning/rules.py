@@ -4,7 +4,8 @@ Engine-neutral: a learner measures a number (a buffer's width, a request table's
 on a grid of settings by running the release's own code, and ``name_rule`` asks each candidate
 rule of the workbench's model what it gives on the same points. The one candidate that agrees on
 every point is the learned value; none (a finding for a person to read, with the closest
-candidate and its first disagreement) or several (the grid does not tell them apart) are said so.
+candidate and its first disagreement) is said so, and several (the grid does not tell them apart)
+are recorded as ``undetermined`` with every one of them, never one chosen.
 Behaviours that are compared answer by answer (a replay, a gather) are named the same way by
 ``name_candidate`` from each candidate's agreement counts.
 
@@ -23,6 +24,14 @@ Point = tuple[Mapping[str, Any], int]
 
 def measured_fact(value: object, function: str, states: int, **more: Any) -> dict[str, Any]:
     return {"value": value, "how": "measured", "function": function, "states": states, **more}
+
+
+def undetermined_fact(forms: Sequence[str], function: str, states: int, *, over: str = "the grid does",
+                      **more: Any) -> dict[str, Any]:
+    """Several forms agreed with the engine on every state measured: no value (no one of them is
+    chosen), the forms under ``undetermined``, for a learner to widen its grid until they differ."""
+    finding = f"undetermined: {over} not tell {' and '.join(forms)} apart"
+    return measured_fact(None, function, states, undetermined=list(forms), finding=finding, **more)
 
 
 def absent_fact(reason: str, searched: str) -> dict[str, Any]:
@@ -44,8 +53,7 @@ def name_rule(points: Sequence[Point], candidates: Mapping[str, Callable[[Mappin
     if len(matching) == 1:
         return measured_fact(matching[0], function, len(points), samples=samples(points), **more)
     if matching:
-        finding = f"the grid does not tell {' and '.join(matching)} apart"
-        return measured_fact(None, function, len(points), finding=finding, **more)
+        return undetermined_fact(matching, function, len(points), **more)
     closest = max(agree, key=lambda name: agree[name])
     state, value = next((s, v) for s, v in points if candidates[closest](s) != v)
     finding = (f"no rule of the model agrees; the closest, {closest}, on {agree[closest]} of {len(points)}: "
@@ -76,8 +84,7 @@ def name_candidate(results: Mapping[str, Mapping[str, Any]], *, function: str, *
     if len(matching) == 1:
         return measured_fact(matching[0], function, ran[matching[0]]["states"], **more)
     if matching:
-        return measured_fact(None, function, states, finding=f"the states do not tell {' and '.join(matching)} apart",
-                             **more)
+        return undetermined_fact(matching, function, states, over="the states do", **more)
     closest = max(ran, key=lambda name: ran[name]["agree"])
     first = ran[closest]["first_disagreement"]
     finding = (f"no candidate agrees; {closest} agreed longest, on its first {ran[closest]['agree']} states"

@@ -160,6 +160,7 @@ def _kv_manager() -> dict[str, Any]:
     return {"found": f"{KV_MANAGER}.KVCacheManager.allocate_slots", "source": _source(cls.allocate_slots),
             "lookahead": "num_lookahead_tokens" in takes, "scheduler_cap": scheduler_cap(),
             "preallocate_tokens": int(preallocate.default) if preallocate is not None else 0,
+            "preallocate_parameter": preallocate is not None,
             "init_source": _source(cls.__init__)}
 
 

@@ -22,6 +22,7 @@ A release learned before from the same wheel by the same learner is skipped.
 
 from __future__ import annotations
 
+import ast
 import random
 import re
 from collections.abc import Callable, Mapping
@@ -55,7 +56,7 @@ from workbench.engines.vllm import (
 )
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-buffers 6"  # raise when what is learned or how changes: every release is learned again
+LEARNER = "vllm-buffers 7"  # raise when what is learned or how changes: every release is learned again
 SECTIONS = ("buffers", "parser", "launch", "conformance")
 INDEXER = "vllm-indexer-block-table"
 V0 = "vllm-v0-graph-block-tables"
@@ -160,32 +161,81 @@ def _inline_width(install: wheels.EngineInstall, found: dict[str, Any]) -> dict[
             "finding": "no line computing max_num_blocks_per_req with cdiv in vllm/v1/worker"}
 
 
-def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, Any], say: Progress) -> dict[str, Any]:
+# The fit of ``--max-model-len auto`` lowers ``max_model_len`` after the block table is built at
+# start-up (vLLM 46787, 46679); the metadata builders are made after it. Start-up lengths this many
+# blocks above the final one: more than any alignment step (128 blocks at block size 1), so that a
+# table kept at its start-up width is wider than any alignment of the final length.
+STARTUP_EXTRA_BLOCKS = 128
+REBUILT = ("widths-change", "kv-cache-init")  # rebuilt (or first built) at the final max_model_len
+
+
+def with_startup_lengths(points: list[list[int]]) -> list[dict[str, int]]:
+    """Each grid point twice: with the table built at the final length, and built at a start-up
+    length above it (``table_max_model_len``) that the fit then lowered to the point's length."""
+    states: list[dict[str, int]] = []
+    for length, block, dcp in points:
+        state = {"max_model_len": length, "block_size": block, "dcp": dcp}
+        startup = (cdiv(length, block * dcp) + STARTUP_EXTRA_BLOCKS) * block * dcp
+        states += [{**state, "table_max_model_len": length}, {**state, "table_max_model_len": startup}]
+    return states
+
+
+def _buffer_candidates(table_rule: object, rebuilt: object) -> dict[str, Callable[[Mapping[str, Any]], int]]:
+    """The buffer's candidate forms: each alignment of the builder's own ``max_model_len``, and
+    ``table``, the width of the block table as the model has it (``indexer_model.table_width``: the
+    start-up length's unless the release rebuilds the table at the final length). Where the release
+    rebuilds it, ``table`` is the table's alignment of the final length in every state, one form
+    under two names: the alignment is left out and ``table`` stands for both."""
+    candidates = _alignment_candidates()
+    if table_rule not in candidates:
+        return candidates
+    version = indexer_model.IndexerVersion(str(table_rule), "table", str(rebuilt))
+
+    def table(s: Mapping[str, Any]) -> int:
+        case = indexer_model.IndexerCase(component=INDEXER, engine="-", max_model_len=s["max_model_len"],
+                                         table_max_model_len=s.get("table_max_model_len"),
+                                         block_size=s["block_size"], rows=1, dcp=s["dcp"])
+        return indexer_model.table_width(case, version)
+    if rebuilt in REBUILT:
+        del candidates[str(table_rule)]
+    return {**candidates, "table": table}
+
+
+def learn_indexer(session: Session, located: dict[str, Any], table: dict[str, Any], rebuilt: dict[str, Any],
+                  say: Progress) -> dict[str, Any]:
+    """The indexer buffer's width form, measured on the grid widened by start-up lengths
+    (``with_startup_lengths``). The builder is made as the model runner makes it once the KV cache
+    is known (``runner_builder``): from the config's final ``max_model_len``, which is all it is
+    given, the table's start-up length being no input of it (0.33.0 passes a width computed from
+    the same config length, ``v1/worker/utils.py:308-316``), so the engine's width at a state is
+    its width at the state's final length; what tells ``table`` from the alignments is the model's
+    table, kept at its start-up width where the release does not rebuild it (0.20.1: ``none`` and
+    ``table`` agree at equal lengths and nowhere else)."""
     found = located["indexer"]
     if found.get("found") is None:
         absent = lr.absent_fact("the release has no DSA indexer metadata builder", found["searched"])
         return {"buffer_alignment": absent, "fill": absent}
-    points, error = _measured_points(session, "indexer_width", grid("indexer", 60))
+    grid_points = grid("indexer", 60)
+    measured, error = _measured_points(session, "indexer_width", grid_points)
     if error:
         say(f"indexer buffer: the engine's code did not run: {error}")
         failed = lr.measured_fact(None, found["found"], 0, finding=f"the engine's code did not run: {error}")
         return {"buffer_alignment": failed, "fill": failed}
-    if all(value is None for _, value in points):
+    if all(value is None for _, value in measured):
         say("indexer buffer: the builder allocates no expanded_block_table_buffer in this release")
         absent = lr.absent_fact("the indexer's metadata builder, made as the model runner makes it, allocates no "
                                 "expanded_block_table_buffer", f"{found['found']}.__init__")
         return {"buffer_alignment": absent, "fill": absent}
-    candidates = _alignment_candidates()
+    widths = [value for _, value in measured]
+    points: list[tuple[Mapping[str, Any], int]] = [(state, widths[i // 2])
+                                                   for i, state in enumerate(with_startup_lengths(grid_points))]
+    points = points[::2] + points[1::2]  # the samples kept come from both halves: equal and start-up lengths
     table_rule = table.get("value")
-    if table_rule in candidates:  # the buffer is the table's own width (it is given the table's width)
-        fact = lr.name_rule(points, {"table": candidates[table_rule]}, function=f"{found['found']}.__init__",
-                            keys=("max_model_len", "block_size", "dcp"), found=found["source"])
-        if fact["value"] is None:
-            fact = lr.name_rule(points, candidates, function=f"{found['found']}.__init__",
-                                keys=("max_model_len", "block_size", "dcp"), found=found["source"])
-    else:
-        fact = lr.name_rule(points, candidates, function=f"{found['found']}.__init__",
-                            keys=("max_model_len", "block_size", "dcp"), found=found["source"])
+    fact = lr.name_rule(points, _buffer_candidates(table_rule, rebuilt.get("value")),
+                        function=f"{found['found']}.__init__",
+                        keys=("max_model_len", "table_max_model_len", "block_size", "dcp"), found=found["source"])
+    if fact["value"] == "table" and rebuilt.get("value") in REBUILT:
+        fact["table_is"] = f"{table_rule} of the final max_model_len (the table is rebuilt: {rebuilt['value']})"
     with_samples(fact, points)
     say(f"indexer buffer: {fact['value'] or fact.get('finding')} ({len(points)} points)")
     return {"buffer_alignment": fact, "fill": _indexer_fill(session, found, table_rule, fact.get("value"), say)}
@@ -245,28 +295,64 @@ def learn_v0(session: Session, located: dict[str, Any], say: Progress) -> dict[s
 def rebuilt_when(install: wheels.EngineInstall) -> dict[str, Any]:
     """When the model runner rebuilds the block table after start-up, read from the condition of
     its ``may_reinitialize_input_batch`` (it runs once the KV cache is allocated on the device):
-    ``widths-change`` where the condition compares the groups' block counts, else
-    ``block-sizes-change``."""
+    the ``if`` whose body makes a new ``self.input_batch``, found in the method's AST (a condition
+    over several lines is one expression there), is ``widths-change`` where it compares the groups'
+    block counts (``max_num_blocks``), else ``block-sizes-change`` where it compares block sizes
+    (with those of start-up, ``self._init_block_sizes``, or with the configured one, 0.9.1's
+    ``[self.cache_config.block_size]``)."""
     relative = "vllm/v1/worker/gpu_model_runner.py"
     path = install.src / relative
     if not path.exists():
         return _built_at_kv_cache_init(install) or lr.absent_fact("the release has no v1 GPU model runner", relative)
-    lines = path.read_text(errors="replace").splitlines()
-    start = next((i for i, line in enumerate(lines) if "def may_reinitialize_input_batch" in line), None)
-    if start is None:
+    return rebuild_condition(path.read_text(errors="replace"), relative)
+
+
+def _makes_input_batch(node: ast.AST) -> bool:
+    return any(isinstance(sub, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "input_batch"
+                                                   for t in sub.targets) for sub in ast.walk(node))
+
+
+def _compared_names(test: ast.expr) -> set[str]:
+    """The names and attribute names of the operands of every ``!=`` in ``test``."""
+    found: set[str] = set()
+    for compare in (n for n in ast.walk(test) if isinstance(n, ast.Compare)):
+        if any(isinstance(op, ast.NotEq) for op in compare.ops):
+            for operand in (compare.left, *compare.comparators):
+                found |= {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(operand)
+                          if isinstance(n, (ast.Name, ast.Attribute))}
+    return found
+
+
+def rebuild_condition(text: str, relative: str) -> dict[str, Any]:
+    """The rebuild rule of a model runner's source ``text`` (``rebuilt_when``)."""
+    lines = text.splitlines()
+    method = next((n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)
+                   and n.name == "may_reinitialize_input_batch"), None)
+    if method is None:
         return lr.absent_fact("no may_reinitialize_input_batch: the block table is built once, at start-up",
                               f"{relative}: may_reinitialize_input_batch")
-    compare = next((i for i in range(start, min(start + 80, len(lines))) if "!= self._init_block_sizes" in lines[i]), None)
-    if compare is None:
-        return {"value": None, "how": "read", "source": f"{relative}:{start + 1}",
-                "reason": "no comparison with the block sizes the input batch was built with",
+    rebuild = next((n for n in ast.walk(method) if isinstance(n, ast.If) and any(_makes_input_batch(b) for b in n.body)),
+                   None)
+    if rebuild is None:
+        return {"value": None, "how": "read", "source": f"{relative}:{method.lineno}",
+                "reason": "no if in may_reinitialize_input_batch whose body makes a new input batch",
                 "finding": "the rebuild condition is not one the model knows"}
-    first = next(i for i in range(compare, start, -1) if lines[i].strip().startswith("if"))
-    last = next(i for i in range(compare, len(lines)) if lines[i].rstrip().endswith(":"))
-    condition = " ".join(lines[first:last + 1])
-    value = "widths-change" if "max_num_blocks" in condition else "block-sizes-change"
-    return {"value": value, "how": "read", "source": f"{relative}:{first + 1}-{last + 1}",
-            "reason": "the model runner rebuilds its input batch after the KV cache is allocated on the device"}
+    end = rebuild.test.end_lineno or rebuild.lineno
+    last = next((i for i in range(end, len(lines) + 1) if lines[i - 1].rstrip().endswith(":")), end)
+    source = f"{relative}:{rebuild.lineno}-{last}" if last != rebuild.lineno else f"{relative}:{last}"
+    condition = " ".join((ast.get_source_segment(text, rebuild.test) or "").split())
+    names = _compared_names(rebuild.test)
+    if any("max_num_blocks" in n for n in names):
+        value, what = "widths-change", "the groups' block counts"
+    elif any("block_sizes" in n or n == "block_size" for n in names):
+        value, what = "block-sizes-change", "block sizes only"
+    else:
+        return {"value": None, "how": "read", "source": source, "condition": condition,
+                "reason": f"the rebuild condition `{condition}` compares neither block counts nor block sizes",
+                "finding": "the rebuild condition is not one the model knows"}
+    return {"value": value, "how": "read", "source": source, "condition": condition,
+            "reason": f"the model runner rebuilds its input batch, once the KV cache is allocated on the device, "
+                      f"when `{condition}`: it compares {what}"}
 
 
 def _built_at_kv_cache_init(install: wheels.EngineInstall) -> dict[str, Any] | None:
@@ -367,10 +453,11 @@ def learn_release(engine: str, *, progress: Progress, root: Path) -> Path:
         with opened as session:
             parser, launch = _parser_sections(session, say)
             table = learn_table(session, located, install, say)
-            indexer = learn_indexer(session, located, table, say)
+            rebuilt = rebuilt_when(install)
+            indexer = learn_indexer(session, located, table, rebuilt, say)
             v0 = learn_v0(session, located, say)
             buffers = {"learner": LEARNER, "located": located, "backends": {
-                INDEXER: {"table_alignment": table, **indexer, "table_rebuilt_when": rebuilt_when(install)},
+                INDEXER: {"table_alignment": table, **indexer, "table_rebuilt_when": rebuilt},
                 V0: v0}}
             conformance = {"learner": LEARNER, "functions": conformance_vllm.run(session, buffers, states, seed=0, say=say)}
     except SessionDied as error:
@@ -402,6 +489,8 @@ def _shown(fact: Mapping[str, Any] | None) -> str:
     value = fact.get("value")
     if isinstance(value, dict):
         value = ", ".join(f"{k} {v}" for k, v in value.items())
+    if value is None and fact.get("undetermined"):
+        return f"undetermined: {' / '.join(map(str, fact['undetermined']))}"
     if value is None:
         return f"no rule: {str(fact.get('finding') or fact.get('reason'))[:60]}"
     return f"{value} ({'measured' if fact.get('how') == 'measured' else 'read'})"

@@ -9,7 +9,8 @@ adding it did not mean learning every release's other sections again:
   ``KVCacheManager.allocate_slots`` gives on every one of a set of seeded states, most of them at
   the row's last block;
 * ``preallocate_tokens`` (read): the manager's ``num_preallocate_tokens`` default, which the
-  scheduler does not pass (0 where the release has none); the measurement above checks it;
+  scheduler does not pass (0 where the manager takes no such parameter); its reason
+  says which, and whether the measurement above agreed with it (``preallocate_reason``);
 * ``scheduler_cap`` (measured): the one candidate form of ``CAPS`` (``uncapped``, ``to-limit``,
   ``below-limit``) whose model (``decode_step``) gives, on every one of a set of seeded states,
   what the release's own ``Scheduler.schedule`` gives a running request's step of one sampled token
@@ -36,7 +37,7 @@ from workbench.engines.vllm import learn_apart
 from workbench.engines.vllm import session as vllm_session
 from workbench.model.geometry import cdiv
 
-LEARNER = "vllm-kv 4"  # raise when what is learned or how changes
+LEARNER = "vllm-kv 5"  # raise when what is learned or how changes
 FUNCTION = "KVCacheManager.allocate_slots (a request's blocks)"
 STEP = "Scheduler.schedule (a running request's drafts near max_model_len)"
 STEP_TASK = "decode_step"
@@ -128,6 +129,19 @@ def conformance_row(session: Session, facts: dict[str, Any], count: int, seed: i
     return vllm_session.row(FUNCTION, ((s, e, _model(str(policy), preallocate, s)) for s, e in zip(chosen, engine)))
 
 
+def preallocate_reason(parameter: object, preallocate: int, slots: dict[str, Any]) -> str:
+    """What was read of ``KVCacheManager.__init__`` (``parameter``: whether it takes
+    ``num_preallocate_tokens``; None: a locate of an older learner that did not say) and whether the
+    slots measured with that many extra tokens agreed with the engine."""
+    checked = (f"the slots measured with {preallocate} extra tokens agree with the engine ({slots['value']})"
+               if slots.get("value") is not None else "no slots policy agreed with the engine, so it is unchecked")
+    if parameter is None:
+        raise ValueError("the locate answer does not say whether KVCacheManager takes num_preallocate_tokens")
+    if parameter:
+        return f"KVCacheManager.__init__ takes num_preallocate_tokens, default {preallocate}; {checked}"
+    return f"KVCacheManager.__init__ takes no num_preallocate_tokens: no blocks beyond a step's own (0); {checked}"
+
+
 def learn_facts(session: Session, located: dict[str, Any], say: Progress) -> dict[str, Any]:
     """The backend's three facts (``absent`` ones where the release has no v1 KV cache manager)."""
     found = located.get("kv_manager") or {}
@@ -143,7 +157,7 @@ def learn_facts(session: Session, located: dict[str, Any], say: Progress) -> dic
     slots = lr.name_candidate(results, function=found["found"], found=found["source"])
     facts = {"slots": slots,
              "preallocate_tokens": {"value": preallocate, "how": "read", "source": found["init_source"],
-                                    "reason": "the default of num_preallocate_tokens, which the scheduler leaves as it is"}}
+                                    "reason": preallocate_reason(found.get("preallocate_parameter"), preallocate, slots)}}
     facts["scheduler_cap"] = _scheduler_cap(session, facts, found["scheduler_cap"])
     cap = facts["scheduler_cap"]
     say(f"kv slots: {slots['value'] or slots.get('finding')}; "
