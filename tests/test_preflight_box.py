@@ -187,7 +187,8 @@ def test_a_slow_check_is_announced_the_old_answer_cleared_and_a_passed_over_one_
     monkeypatch.setattr(module, "checked", slow)
     shown, version = box.children[4], box.children[2].children[0]
     version.value = "sglang==0.5.21"  # runs, and holds the worker
-    assert seen_at_once and "an old error" not in seen_at_once[0] and 'data-state="stale"' in seen_at_once[0]
+    assert seen_at_once and "an old error" not in seen_at_once[0] and 'data-state="pending"' in seen_at_once[0]
+    assert "checking under sglang==0.5.21" in seen_at_once[0]
     assert 'data-state="pending"' in shown.value and "checking under sglang==0.5.21" in shown.value
     version.value = "sglang==0.5.10"  # passed over by the next change before the worker is free
     version.value = "sglang==0.5.23"

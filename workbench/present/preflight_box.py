@@ -13,10 +13,10 @@ folded below. ``check_text`` is the plain function the tests call, without a ker
 
 A release's first check fetches its wheel (once per machine) and starts its engine process (a few
 seconds): the box never waits for that on the kernel's main thread. Each change is checked on one
-worker thread. The moment a change comes, the answer to the previous request is cleared
-(``data-state="stale"``: a changed release never shows the old release's answer); when the new one
-is not there within ``PROMPT_S`` the box says what it is doing and for which release
-(``data-state="pending"``), then draws the check when it comes. Only the newest request runs: a
+worker thread. The moment a change comes, the answer to the previous request is cleared and the box
+says what it is doing and for which release (``data-state="pending"``: a changed release never shows
+the old release's answer); when the new answer is not there within ``PROMPT_S`` that is drawn again
+as a numbered redraw (a browser test times it), then the check when it comes. Only the newest request runs: a
 dropdown walked quickly asks for many releases, and the ones passed over are dropped, not queued.
 
 The CSS classes ``workbench-explorer`` (the box) and ``workbench-outcome`` (the printed check) are
@@ -117,8 +117,9 @@ def preflight_box(command: str, engine: str = "", model_config: str = "", offlin
         with lock:
             state["asked"] += 1
             number = state["asked"]
-            # the previous answer goes at once: it answers another command or release
-            shown.value = _drawn(state["redraws"], "stale", _waiting(version.value))
+            # The previous answer goes at once: it answers another command or release. Marked pending (a
+            # check is running) under the shown draw's number: the next draw, numbered, replaces it.
+            shown.value = _drawn(state["redraws"], "pending", _waiting(version.value))
         job = worker.submit(run, number, text.value, version.value, config.value, hub.value)
         if not futures.wait([job], timeout=PROMPT_S).done:
             show(number, _waiting(version.value), pending=True)
