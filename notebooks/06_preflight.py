@@ -19,6 +19,7 @@
 #     - vllm==0.33.0
 #     test_parameters:
 #       engine: sglang==0.5.23+revert-ascend-width
+#       hf_cache: ../tests/data/hf_cache/hub
 # ---
 
 # %% [markdown]
@@ -28,7 +29,8 @@
 # failing step of one of its graph buffers or allocator paths, and by how much does it stay clear
 # otherwise?** The same library call as `workbench check -- <command>`: the release's own parser
 # reads the command and its own resolution fills in what the command leaves out (run in an engine
-# process of that release, the model's config from the Hugging Face cache), every buffer the
+# process of that release, the model's config from your Hugging Face cache, else the hub's config
+# files, or a config file you give), every buffer the
 # deployment sets up is sized by the version's rule (`data/engines.json`) and its first failing
 # committed length found and executed; `workbench.analysis.reach` says how far a run gets (SGLang:
 # `ctx - 1` plus an overshoot of 2 by default; vLLM: `max_model_len - 1`, reads clamped).
@@ -51,7 +53,10 @@ command: str = (
     "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 16"
 )  # the launch command in the text box
 engine: str = ""  # the engine version the command is checked under; empty: the default release
-hf_cache: str = "../tests/data/hf_cache/hub"  # where the box looks models up (HF_HUB_CACHE); empty: your own cache
+hf_cache: str = ""  # where the box looks models up (HF_HUB_CACHE); empty: your own cache (the tests: the test data's)
+model_config: str = ""  # the box's model config field (--model-config: a config.json or its folder); empty: none
+offline: bool = False  # the box fetches nothing from the hub (--offline)
+worked_hf_cache: str = "../tests/data/hf_cache/hub"  # the worked deployments' models: the workbench's test data
 
 # %%
 import os
@@ -68,25 +73,32 @@ if engine:
     check.check_choices("engine", [engine], versions)
 if hf_cache:
     os.environ["HF_HUB_CACHE"] = str(check.resolve_folder(hf_cache))  # relative: to this notebook's folder
+offline = check.check_bool("offline", offline)
+worked_models = check.resolve_folder(worked_hf_cache)
 
 # %% [markdown]
 # ## The text box
 #
 # Edit the command and press *check* (or click outside the box), or pick another engine version:
-# the rows and the verdict are redrawn. Above the box, the same check printed once, so an executed
-# copy of the notebook shows it without a kernel.
+# the answer is redrawn. It leads with the verdict's word and the fix in one line, then the release
+# hint (another release whose own parser accepts a command this one refuses), one line per row,
+# and what `workbench check` prints, folded. The model's config comes from your Hugging Face cache
+# (the `hf_cache` parameter, empty: yours), else the hub (its config files only; tick *offline* to
+# fetch nothing), or from the *model config* field (a `config.json` or its folder). Above the box,
+# the same check printed once, so an executed copy of the notebook shows it without a kernel.
 
 # %%
 from workbench.present.preflight_box import check_text, preflight_box
 
-status, text = check_text(command, engine)
+status, text = check_text(command, engine, model_config, offline)
 print(f"exit status {status}\n{text}")
-preflight_box(command, engine)
+preflight_box(command, engine, model_config, offline)
 
 # %% [markdown]
 # ## Worked deployments, before and after the fixes
 #
 # The three seeds' deployments, on models whose real configs sit in the test data's cache
+# (`worked_hf_cache`: these checks look models up there, whatever cache the box reads).
 # (Qwen3-32B for the QwQ seed: SGLang 0.5.10 and 0.5.23 refuse NGRAM on an NPU at start-up, so the
 # Ascend table is shown under EAGLE3, topk 1, 4 draft tokens; GLM-5-FP8, a DSA model like GLM-5.2).
 # "Before" is a version with the fix undone: the `+revert-...` entries are *pseudo-versions*
@@ -99,6 +111,7 @@ preflight_box(command, engine)
 import pandas as pd
 
 from workbench.preflight import check as run_check
+from workbench.present.preflight_answer import config_file, hub_offline, models_from
 from workbench.present.preflight_box import row_word
 
 QWQ = ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --context-length 32768 --device npu "
@@ -120,7 +133,8 @@ results = {}
 rows = []
 for name, (cmd, before, after) in WORKED.items():
     for when, version in (("before", before), ("after", after)):
-        result = run_check(cmd, engine=version, device=device, progress=None)
+        with models_from(worked_models):
+            result = run_check(cmd, engine=version, device=device, progress=None)
         results[name, when] = result
         worst = min((r for r in result.rows if r.kind == "table"), default=None,
                     key=lambda r: r.margin if r.margin is not None else 1 << 30)
@@ -169,5 +183,7 @@ indexer = next(r for r in vllm_before.rows if r.buffer == "expanded_block_table_
 assert indexer.message is not None and "(5469) must match the existing size (5470)" in indexer.message
 
 # The text box's command, checked under the parameter's engine version, agrees with the library call.
-assert status == run_check(command, engine=engine or None, device=device, progress=None).status
+with hub_offline(offline):
+    assert status == run_check(command, engine=engine or None, model_config=config_file(model_config), device=device,
+                               progress=None).status
 print("all preflight assertions hold")

@@ -211,3 +211,29 @@ def test_the_rule_and_mode_choices_are_the_backends_own() -> None:
     dsa = Explorer(ExplorerState(component="dsa-page-table", context_len=90000, page_size=64, draft_tokens=6)).controls
     assert "draft-decode" not in [value for _, value in dsa["mode"].options]
     assert list(dsa["rule"].options) == ["context", "context-plus-draft", "req-to-token"]
+
+
+def test_the_run_explorers_line_says_what_happened_in_words() -> None:
+    """Notebook 04's line: the first failure's step, request, committed length and buffer, as the
+    simulation recorded them; a run without one says how it stopped; never a ``field=None`` dump."""
+    from workbench.present.run_explorer import run_view
+    from workbench.sim.simulate import simulate
+    from workbench.sim.workload import exact_fit_scenario
+
+    values = {"scenario": "exact-fit", "rule": "context", "seed": 1, "conservativeness": 0.0, "acceptance_rate": 0.6}
+    config, workload = exact_fit_scenario(gather="npu-legacy")
+    run = simulate(config, workload, 1)
+    first = run.first_failure
+    assert first is not None and first.failing_request is not None and first.outcome == "index-error"
+    committed = first.committed[first.req_ids.index(first.failing_request)]
+    line = run_view({**values, "gather": "npu-legacy"}).summary
+    assert line == (f"fails loudly at step {first.step}: request {first.failing_request} at committed length {committed:,}, "
+                    "in the allocator's decode gather (npu-legacy): the step raises an index error (index-error); the "
+                    f"run stops after {len(run.records)} steps (exact fits of the pool: "
+                    f"{sum(r.exact_fit for r in run.records)})")
+    clamped = simulate(exact_fit_scenario(gather="npu-clamped")[0], workload, 1)
+    assert clamped.completed
+    line = run_view({**values, "gather": "npu-clamped"}).summary
+    assert line == (f"completed: every request finished after {len(clamped.records)} steps (exact fits of the pool: "
+                    f"{sum(r.exact_fit for r in clamped.records)}), no step failed")
+    assert "=" not in line and "None" not in line

@@ -327,7 +327,11 @@ class Driver:
         self.page, self.name, self.agrees = page, name, agrees
         self.redraws: list[tuple[str, float]] = REDRAWS.setdefault(name, [])
 
-    def act(self, what: str, action: Callable[[], None], named: str = "", settle: bool = False) -> dict[str, Any]:
+    def act(self, what: str, action: Callable[[], None], named: str = "", settle: bool = False,
+            announced_as: str = "") -> dict[str, Any]:
+        """Does ``action`` and checks the redraw; a preflight check still running must be announced
+        naming ``announced_as`` (default ``named``: the release chosen; an edited command names its
+        release, the one the dropdown shows)."""
         self.page.evaluate(ARM)
         action()
         deadline = time.monotonic() + 20
@@ -347,7 +351,8 @@ class Driver:
         assert elapsed <= REDRAW_LIMIT_S, f"{self.name}: {what}: redrawn {elapsed:.1f} s after the input"
         if not self.page.evaluate(SETTLED):
             announced = view(self.page)["line"]
-            assert named in announced, f"{self.name}: {what}: the announcement does not name {named!r}: {announced}"
+            expected = announced_as or named
+            assert expected in announced, f"{self.name}: {what}: the announcement does not name {expected!r}: {announced}"
             self.page.wait_for_function(SETTLED, timeout=CHECK_S * 1000)
         now = view(self.page)
         assert not now["tracebacks"], f"{self.name}: {what}: a traceback: {now['tracebacks']}"
@@ -455,11 +460,18 @@ def allocator_agrees(now: dict[str, Any]) -> bool:
     return title[1] == line[2] and title[3] == line[1] and int(title[2]) == free
 
 
+# How the run explorer's line starts for each stop reason its figure's title names
+RUN_STOPS = {"failure": ("fails loudly at step ", "fails silently at step "), "completed": ("completed: ",),
+             "out-of-memory": ("stopped: the allocator ran out of memory",), "max-steps": ("stopped at the simulation's",)}
+
+
 def run_agrees(now: dict[str, Any]) -> bool:
-    """Title: '... rule R · gather G · run seed S STOP after N steps'; line: 'steps=N, stop_reason=STOP, ...'."""
+    """Title: '... rule R · gather G · run seed S STOP after N steps'; line: 'fails loudly at step K: ... after N
+    steps' (or 'completed: ... after N steps', ...)."""
     title = re.search(r"rule (\S+) · gather (\S+) · run seed (\d+) (\S+) after (\d+) steps", now["title"])
-    line = re.match(r"steps=(\d+), stop_reason=(\S+),", now["line"])
-    return bool(title and line and title[4] == line[2] and title[5] == line[1]) or _invalid(now)
+    steps = re.search(r" after (\d+) steps", now["line"])
+    return bool(title and steps and now["line"].startswith(RUN_STOPS.get(title[4], ("?",))) and title[5] == steps[1]) \
+        or _invalid(now)
 
 
 def preflight_agrees(now: dict[str, Any]) -> bool:
@@ -501,9 +513,40 @@ def driven_elsewhere(name: str) -> str | None:
     return next((other for other in NOTEBOOKS if other > name and widget_call(other) == widget_call(name)), None)
 
 
-def drive(driver: Driver, kind: str, once: bool = False) -> int:
+# The preflight answer's fix, with the command's text area scrolled to the top of the view (where a
+# person pasting a command looks): its box in the viewport, and its line's widths (a line that
+# scrolls sideways has a scrollWidth past its clientWidth).
+FIX_SEEN = """() => {
+  const box = window.jupyterapp.shell.currentWidget.node.querySelector('.workbench-explorer');
+  box.querySelector('textarea').scrollIntoView({block: 'start'});
+  const fix = box.querySelector('.workbench-fix');
+  if (!fix) return null;
+  const line = fix.closest('.workbench-answer'), r = fix.getBoundingClientRect();
+  return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: window.innerWidth,
+          height: window.innerHeight, scroll: line.scrollWidth, client: line.clientWidth, text: line.textContent};
+}"""
+
+
+def fix_in_view(driver: Driver, shots: Path | None) -> dict[str, Any]:
+    """The fix of the answer shown is visible as the box is looked at: inside the viewport, its line
+    wrapped (no sideways scroll); a screenshot of the page for a person is saved under ``shots``."""
+    seen = driver.page.evaluate(FIX_SEEN)
+    time.sleep(SETTLE_S)  # JupyterLab redraws the cells scrolled to
+    seen = driver.page.evaluate(FIX_SEEN)
+    assert seen is not None, f"{driver.name}: the answer shows no fix: {view(driver.page)['line'][:300]}"
+    assert seen["left"] >= 0 and seen["right"] <= seen["width"], f"{driver.name}: the fix is cut off sideways: {seen}"
+    assert seen["top"] >= 0 and seen["bottom"] <= seen["height"], f"{driver.name}: the fix is out of view: {seen}"
+    assert seen["scroll"] <= seen["client"], f"{driver.name}: the fix's line scrolls sideways: {seen}"
+    if shots is not None:
+        driver.page.screenshot(path=str(shots / f"{driver.name}-fix.png"))
+        print(f"\n{driver.name}: the fix as a person sees it: {shots / f'{driver.name}-fix.png'}")
+    return seen
+
+
+def drive(driver: Driver, kind: str, once: bool = False, shots: Path | None = None) -> int:
     """Every dropdown option, every slider stop, and a typed value of each text box (``once``: one
-    option or stop of each control); the action count."""
+    option or stop of each control); the action count. The preflight box ends on a failing command
+    pasted back, its fix in view (``fix_in_view``; screenshots under ``shots``)."""
     count = 0
     for label in driver.controls(".widget-dropdown"):
         count += driver.every_option(label, once)
@@ -518,18 +561,29 @@ def drive(driver: Driver, kind: str, once: bool = False) -> int:
         driver.type_value("run seed", "3", "run seed 3")
     else:  # the preflight box: an edited command, read when check is pressed
         field = driver.control(".widget-textarea", "command").locator("textarea")
+        failing = field.input_value()  # the notebook's command under its test release: a failure a run reaches
+        chosen = driver.control(".widget-dropdown", "engine").locator("select").evaluate(
+            "s => s.options[s.selectedIndex].text")
+        release = "the default release" if _clean(chosen) in UNNAMED else _clean(chosen)  # what an announcement names
         driver.set_text(field, field.input_value().replace("--context-length 32768", "--context-length 4096"))
         check = driver.page.locator(".workbench-explorer button", has_text="check")
-        driver.act("command edited to --context-length 4096, check pressed", check.click, "context_length 4096", settle=True)
+        driver.act("command edited to --context-length 4096, check pressed", check.click, "context_length 4096",
+                   settle=True, announced_as=release)
 
         command = field.input_value()  # node 0 and node 1 of one text: each launch is checked
         driver.set_text(field, f"# node 0\n{command}\n# node 1\n{command}")
-        now = driver.act("the command twice, as node 0 and node 1", check.click, "verdict of the text:", settle=True)
+        now = driver.act("the command twice, as node 0 and node 1", check.click, "verdict of the text:", settle=True,
+                         announced_as=release)
         assert "== launch 1 of 2" in now["line"] and "== launch 2 of 2" in now["line"], now
         if os.environ.get("WORKBENCH_SCREENSHOTS"):  # a folder: what the box shows, for a person to look at
             driver.page.locator(".workbench-explorer").screenshot(path=f"{os.environ['WORKBENCH_SCREENSHOTS']}/"
                                                                       f"{driver.name}-two-launches.png")
-        return count + 2
+        driver.set_text(field, failing)
+        now = driver.act("the failing command pasted back, check pressed", check.click, "exit status 1", settle=True,
+                         announced_as=release)
+        assert now["line"].startswith("exit status 1"), now
+        fix_in_view(driver, shots)
+        return count + 3
     return count + 1
 
 
@@ -550,6 +604,13 @@ def test_the_agreement_checks_can_fail() -> None:
     assert table_agrees(good)
     assert not table_agrees({**good, "line": good["line"].replace("s=32769", "s=32768")})
     assert not table_agrees({**good, "line": "error: IndexError: single positional indexer is out-of-bounds"})
+    run = {"title": "exact-fit · rule context · gather npu-legacy · run seed 1 failure after 6 steps; first failure at "
+                    "step 5: index-error",
+           "line": "fails loudly at step 5: request 3 at committed length 41, in the allocator's decode gather "
+                   "(npu-legacy): the step raises an index error (index-error); the run stops after 6 steps"}
+    assert run_agrees(run)
+    assert not run_agrees({**run, "line": run["line"].replace("after 6 steps", "after 7 steps")})
+    assert not run_agrees({**run, "line": "completed: every request finished after 6 steps, no step failed"})
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -580,7 +641,7 @@ def test_every_control_of_the_explorer_redraws_it_in_jupyterlab(name: str, lab: 
         if kind == "preflight":  # a verdict on the notebook's own command, not a model it could not find
             assert first["line"].startswith(("exit status 0", "exit status 1")), f"{name}: the first draw: {first}"
         twin = driven_elsewhere(name)
-        actions = drive(driver, kind, once=twin is not None)
+        actions = drive(driver, kind, once=twin is not None, shots=root)
         assert actions >= (8 if twin or kind == "preflight" else 10), f"{name}: only {actions} actions: controls not found"
         page.evaluate(SAVE)
         saved = (root / f"{name}.ipynb").read_bytes()

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -482,70 +479,7 @@ def test_allow_unknown_is_gone() -> None:
     assert status == 2
 
 
-# ---- the notebook's box ---------------------------------------------------------------------------
-
-
-@sglang
-def test_the_preflight_box_redraws_on_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench.present.preflight_box import check_text, preflight_box
-
-    assert check_text(ASCEND, PRE_ASCEND)[0] == 1
-    status, line = check_text(ASCEND + " --speculative-num-steps three", "sglang==0.5.23")
-    assert status == 2 and line.startswith("error: sglang==0.5.23 refuses the command (its parser): argument "
-                                           "--speculative-num-steps: invalid int value: 'three'")
-    box = preflight_box(ASCEND, PRE_ASCEND)
-    text, (version, button), out = box.children[1], box.children[2].children, box.children[-1]
-    assert "exit status 1" in out.outputs[0]["text"] and "32765" in out.outputs[0]["text"]
-    version.value = "sglang==0.5.23"
-    assert "exit status 0" in _settled(box) and "32893" in _settled(box)
-    text.value = "vllm serve"
-    assert "exit status 2" in _settled(box)
-    text.value = ASCEND
-    out.outputs = ()
-    button.click()  # the button checks the command as it stands
-    assert "exit status 0" in _settled(box)
-    with pytest.raises(PreflightError, match="'sglang==0.0.0' is not a version a check can run"):
-        preflight_box(ASCEND, "sglang==0.0.0")
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # a release not listed is asked of the index: none here
-    assert check_text(ASCEND, "sglang==0.0.0")[1].startswith("error: --engine: 'sglang==0.0.0' is not a listed release")
-
-
-def _settled(box: Any, limit: float = 240) -> str:
-    """The box's printed check once its newest request is drawn (it checks on a worker thread)."""
-    words, out = box.children[3], box.children[-1]
-    deadline = time.monotonic() + limit
-    while 'data-state="done"' not in words.value or not out.outputs:
-        assert time.monotonic() < deadline, f"the box still shows {words.value!r}"
-        time.sleep(0.02)
-    return str(out.outputs[-1]["text"])
-
-
-def test_a_slow_check_is_announced_and_a_passed_over_one_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A check that takes a while: the box says at once what it does and for which release; two
-    changes in quick succession run only the newer one."""
-    from workbench.present import preflight_box as module
-
-    ran: list[str] = []
-    release = threading.Event()
-
-    def slow(command: str, engine: str = "") -> tuple[int, str, list[Any]]:
-        ran.append(engine)
-        release.wait(timeout=30)
-        return 0, f"verdict: SAFE [{engine or 'default'}]", []
-
-    monkeypatch.setattr(module, "offered", lambda: ["sglang==0.5.10", "sglang==0.5.21", "sglang==0.5.23"])
-    monkeypatch.setattr(module, "checked", lambda command, engine="": (0, f"verdict: SAFE [{engine}]", []))
-    box = module.preflight_box("python -m sglang.launch_server --model-path m", "sglang==0.5.10")
-    monkeypatch.setattr(module, "checked", slow)
-    words, version = box.children[3], box.children[2].children[0]
-    version.value = "sglang==0.5.21"  # runs, and holds the worker
-    assert 'data-state="pending"' in words.value and "checking under sglang==0.5.21" in words.value
-    version.value = "sglang==0.5.10"  # passed over by the next change before the worker is free
-    version.value = "sglang==0.5.23"
-    assert "checking under sglang==0.5.23" in words.value
-    release.set()
-    assert _settled(box).endswith("[sglang==0.5.23]\n")
-    assert ran == ["sglang==0.5.21", "sglang==0.5.23"]
+# ---- the notebook's box (its redraws and answer: test_preflight_box.py) -----------------------------
 
 
 def test_notebook_06_pair_agrees() -> None:

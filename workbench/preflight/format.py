@@ -26,6 +26,11 @@ def _fix_line(fix: Fix, unit: str) -> str:
     return f"fix: {what}: {fix.width} {unit}, {_bytes(fix.bytes)} ({fix.extra_bytes:+d} bytes){share}"
 
 
+def fix_text(row: Row) -> str | None:
+    """A row's fix as the printed check says it (``fix: ...``); None for a row without one."""
+    return _fix_line(row.fix, row.unit) if row.fix else None
+
+
 def _row_lines(row: Row) -> list[str]:
     width = f"{row.width} {row.unit}" if row.width is not None else "-"
     first = str(row.first_failing) if row.first_failing is not None else "none"

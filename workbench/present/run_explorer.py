@@ -15,10 +15,15 @@ from workbench.backends import RULE_NAMES
 from workbench.model.allocator import Gather
 from workbench.present.live import Drawn, LivePanel
 from workbench.present.plots import FONT, OUTCOME_COLOURS, WIDTH
+from workbench.present.words import failure_word, outcome_phrase
 
 SCENARIOS = ("exact-fit", "qwq")
-SUMMARY_FIELDS = ("steps", "stop_reason", "first_failing_step", "failing_request", "failing_committed_len", "outcome",
-                  "exact_fit_steps")
+# How a run that meets no failure stops (``workbench.sim.simulate``'s stop reasons), in a reader's words
+STOPPED = {
+    "completed": "completed: every request finished",
+    "out-of-memory": "stopped: the allocator ran out of memory (its designed answer)",
+    "max-steps": "stopped at the simulation's step limit",
+}
 HELP = (
     "<b>Try:</b> <i>scenario</i> <code>qwq</code> with <i>rule</i> <code>context</code>, then <code>req-to-token</code>; "
     "<code>exact-fit</code> with <i>gather</i> <code>npu-legacy</code>, then <code>npu-clamped</code>; change the "
@@ -45,6 +50,25 @@ def run_figure(steps: Any, summary: dict[str, object], title: str) -> go.Figure:
     return fig
 
 
+def run_line(summary: dict[str, object], rule: str, gather: str) -> str:
+    """What happened in a run, as a person reads it: the word and the step, request, committed length
+    and buffer of its first failure, else how it stopped; the step count and exact-fit steps last."""
+    steps, fits = summary["steps"], summary["exact_fit_steps"]
+    after = f"after {steps} steps (exact fits of the pool: {fits})"
+    if summary["first_failing_step"] is None:
+        return f"{STOPPED.get(str(summary['stop_reason']), str(summary['stop_reason']))} {after}, no step failed"
+    outcome = str(summary["outcome"])
+    component = summary["failing_component"]
+    where = (f"the allocator's decode gather ({gather})" if component == "allocator"
+             else f"{component} (rule {rule})" if component else "an unnamed buffer")
+    request = summary["failing_request"]
+    length = summary["failing_committed_len"]
+    who = (f"request {request} at committed length {length:,}" if request is not None and isinstance(length, int)
+           else "the batch")
+    return (f"{failure_word(outcome)} at step {summary['first_failing_step']}: {who}, in {where}: "
+            f"{outcome_phrase(outcome)}; the run stops {after}")
+
+
 def run_view(values: dict[str, Any], device: str = "cpu") -> Drawn:
     """One run for the controls' values: its summary line and figure."""
     from workbench.sim.simulate_summary import explore
@@ -57,9 +81,9 @@ def run_view(values: dict[str, Any], device: str = "cpu") -> Drawn:
                         changes=changes, device=device)
     except ValueError as err:
         return Drawn(f"invalid: {err}", True, None)
-    summary = {k: shown.summary.get(k) for k in SUMMARY_FIELDS}
+    summary = shown.summary
     failed = summary["first_failing_step"] is not None
-    line = ", ".join(f"{k}={v}" for k, v in summary.items())
+    line = run_line(summary, str(values["rule"]), str(values["gather"]))
     title = (f"{values['scenario']} · rule {values['rule']} · gather {values['gather']} · run seed {values['seed']}"
              f"<br><sup>{summary['stop_reason']} after {summary['steps']} steps"
              + (f"; first failure at step {summary['first_failing_step']}: {summary['outcome']}" if failed else "")
