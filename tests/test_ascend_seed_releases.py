@@ -72,14 +72,14 @@ def _hf_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     launch_service.stop_all()  # one release's engine processes at a time: each holds its modules
 
 
-def _available(engine: str, fetch: bool) -> None:
+def _available(engine: str, fetch: bool, how: str) -> None:
     if wheels.cached(engine) is None and not fetch:
-        pytest.skip(f"{engine} is not in the workbench's engine cache (WORKBENCH_ENGINE_VERSIONS=1 fetches it)")
+        pytest.skip(f"{engine} is not in the workbench's engine cache ({how})")
 
 
 @pytest.mark.parametrize("engine", _seed_releases())
 def test_the_ascend_seed_launch_resolves_and_fails_before_the_fix(engine: str) -> None:
-    _available(engine, fetch=ALL_RELEASES)
+    _available(engine, fetch=ALL_RELEASES, how="WORKBENCH_ENGINE_VERSIONS=1 fetches it")
     result = check(ASCEND_SEED, engine=engine, model_config=QWQ_CONFIG, progress=None)
     assert result.deployment is not None, result.verdict  # read by the release's own start-up, not UNDECIDED
     assert not names_stand_in(result.verdict), result.verdict
@@ -94,7 +94,7 @@ def test_the_ascend_seed_launch_resolves_and_fails_before_the_fix(engine: str) -
 @pytest.mark.parametrize("engine", _cached_releases())
 @pytest.mark.parametrize("command, model_config", [(ASCEND_ACCEPTED, QWQ_CONFIG), (DSA, None)], ids=["ascend", "dsa"])
 def test_no_release_refuses_an_accepted_launch_on_a_stand_in(engine: str, command: str, model_config: str | None) -> None:
-    _available(engine, fetch=False)
+    _available(engine, fetch=False, how=f"the cached releases are checked; workbench engines fetch {engine} adds it")
     try:
         resolve(command, engine=engine, model_config=model_config, progress=None)
     except PreflightError as refused:
