@@ -21,6 +21,7 @@ test_finding_launches.py.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,8 +94,12 @@ def test_the_ascend_seed_launch_resolves_and_fails_before_the_fix(engine: str) -
 
 @pytest.mark.parametrize("engine", _cached_releases())
 @pytest.mark.parametrize("command, model_config", [(ASCEND_ACCEPTED, QWQ_CONFIG), (DSA, None)], ids=["ascend", "dsa"])
-def test_no_release_refuses_an_accepted_launch_on_a_stand_in(engine: str, command: str, model_config: str | None) -> None:
+def test_no_release_refuses_an_accepted_launch_on_a_stand_in(engine: str, command: str, model_config: str | None,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _available(engine, fetch=False, how=f"the cached releases are checked; workbench engines fetch {engine} adds it")
+    if command == DSA:  # 0.5.3-0.5.10 write a patched config beside DeepSeek-V3.2's: into a copy, not the checkout
+        shutil.copytree(HF_CACHE / "models--deepseek-ai--DeepSeek-V3.2", tmp_path / "models--deepseek-ai--DeepSeek-V3.2")
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     try:
         resolve(command, engine=engine, model_config=model_config, progress=None)
     except PreflightError as refused:
