@@ -154,8 +154,10 @@ def _install(engine: str, progress: IO[str] | None) -> wheels.EngineInstall:
 def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu: Gpu, model_config: str | None, *,
                       owner: bool = True, progress: IO[str] | None | Stderr = STDERR,
                       draft_model_config: str | None = None) -> Resolution:
-    """The release's own reading of the command, from its engine process."""
+    """The release's own reading of the command, from its engine process; a refusal naming a
+    stand-in is undecided, for every engine (``adapter_common.refusal_naming_stand_in``)."""
     from workbench.engines.commands import launch_service
+    from workbench.engines.commands.adapter_common import refusal_naming_stand_in
 
     progress = progress_stream(progress)
     try:
@@ -163,7 +165,7 @@ def engine_resolution(command: LaunchCommand, choice: release_choice.Choice, gpu
         request = LaunchRequest(choice.release, command.program, command.argv, command.env, gpu, model_config,
                                 {k: os.environ[k] for k in LOOKUP_VARIABLES if k in os.environ}, os.getcwd(),
                                 draft_model_config)
-        return launch_service.resolve(request, install, owner=owner, progress=progress)
+        return refusal_naming_stand_in(launch_service.resolve(request, install, owner=owner, progress=progress))
     except (wheels.FetchError, launch_service.EngineUnavailable) as err:
         return Resolution(choice.release, "unloadable", str(err))
 

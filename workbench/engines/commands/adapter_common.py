@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import enum
 import io
 import re
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.engines.commands.adapters import FlagUse, JSONValue
+from workbench.engines.commands.adapters import REJECTED, UNDECIDED, FlagUse, JSONValue, Resolution
+from workbench.engines.sandbox.standins import names_stand_in, stand_in_named
 
 # ---- the parser ---------------------------------------------------------------------------------
 
@@ -211,14 +213,50 @@ def unknown_model_type(error: BaseException) -> str | None:
 
 # Exceptions an engine's own validation raises on purpose (a command it refuses).
 REFUSALS = (ValueError, AssertionError, NotImplementedError, RuntimeError, TypeError, KeyError)
-# Texts that say the code needed the machine it is not on (a device, a driver, a missing library).
-_CPU_SIGNS = ("stand-in", "not compiled with cuda", "torch not compiled", "no cuda gpus", "nvml", "cuda driver",
+# Texts that say the code needed the machine it is not on (a device, a driver, a missing library);
+# a stand-in named anywhere in the error says so too (``stand_in_stop``).
+_CPU_SIGNS = ("not compiled with cuda", "torch not compiled", "no cuda gpus", "nvml", "cuda driver",
               "found no nvidia driver", "libcuda", "is not installed", "no module named", "cannot import name",
-              "drivers are installed", "nvidia-smi", "rocm-smi", "npu-smi", "runner stand-in")
+              "drivers are installed", "nvidia-smi", "rocm-smi", "npu-smi")
 
 
 _PLAIN_VALUES = ("'list' object", "'dict' object", "'str' object", "'int' object", "'float' object", "'NoneType' object",
                  "'bool' object", "'tuple' object")
+
+
+def stand_in_stop(error: BaseException, engine: str, where: str) -> str | None:
+    """The UNDECIDED line for an engine stopped by a stand-in, or None when ``error`` names none.
+
+    The rule, for every adapter: an error whose message, or what it carries or was raised from,
+    names a stand-in (``standins.stand_in_named``: ``<standin.vllm.AQLMConfig ...>`` inside the
+    engine's "Unknown quantization method: ..."), is not the engine refusing the user's command,
+    however the engine words it: it is a library or device this machine lacks, which the check
+    could not stand in for well enough. ``where``: the engine function it stopped in."""
+    named = stand_in_named(error)
+    if named is None:
+        return None
+    said = one_line(error)
+    source = "" if named in said else f", raised from {_clipped(named, 160)}"
+    return (f"{engine}'s start-up stopped on a stand-in for what this machine does not have, not on the command: "
+            f"{_clipped(said)} (in {where}{source}); the workbench's stand-ins do not reach this path yet")
+
+
+def _clipped(text: str, most: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= most else f"{text[:most]} [...]"
+
+
+def refusal_naming_stand_in(resolution: Resolution) -> Resolution:
+    """``resolution`` as the rule above reads it: a refusal whose text names a stand-in (whoever
+    classified it: a parser's message, an adapter's) becomes UNDECIDED saying so; anything else
+    is returned as it is."""
+    if resolution.status != REJECTED or not names_stand_in(resolution.message):
+        return resolution
+    by = resolution.rejected_by or "?"
+    return dataclasses.replace(
+        resolution, status=UNDECIDED, rejected_by="",
+        message=f"{resolution.engine}'s refusal ({by}) names a stand-in for what this machine does not have, so it is "
+                f"not the engine's answer to the command: {_clipped(resolution.message)}")
 
 
 def is_refusal(error: BaseException, package_dir: Path) -> bool:
@@ -226,9 +264,10 @@ def is_refusal(error: BaseException, package_dir: Path) -> bool:
     own code (the innermost frame is the engine's), of a validation type, not a missing device;
     or the validation of one of the engine's config classes (pydantic's ``ValidationError``, raised
     inside pydantic on the engine's behalf); or the engine's code choking on a plain value the
-    command gave (``'list' object has no attribute 'items'``), as it would at start-up."""
+    command gave (``'list' object has no attribute 'items'``), as it would at start-up. Never an
+    error naming a stand-in (``stand_in_stop``)."""
     text = str(error)
-    if "StandIn" in type(error).__name__ or any(sign in text.lower() for sign in _CPU_SIGNS):
+    if stand_in_named(error) is not None or any(sign in text.lower() for sign in _CPU_SIGNS):
         return False
     last = raising_frame(error)
     in_engine = last is not None and last.filename.startswith(str(package_dir))

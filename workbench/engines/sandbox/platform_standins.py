@@ -7,7 +7,10 @@ get the answers of the ``Gpu`` the check was given:
 * ``torch.cuda`` (CUDA and ROCm): ``is_available``, ``device_count``, ``get_device_name``,
   ``get_device_capability``, ``get_device_properties``, ``mem_get_info``; ``torch.version.cuda``
   or ``torch.version.hip`` is the GPU's toolkit version.
-* ``torch.npu`` (Ascend): the same questions on the NPU module the engine probes.
+* ``torch.npu`` (Ascend): the same questions on the NPU module the engine probes; every other
+  attribute ``torch_npu`` would add (``Stream``, ``Event``, ``NPUGraph``, ``current_stream``) is a
+  permissive stand-in (``standins.StandInModule``), which the engine's start-up may name (a field's
+  annotation, ``GraphCaptureContext.stream: torch.npu.Stream``) but whose use computes nothing.
 * ``torch.xpu`` (Intel): the same questions, and the properties SGLang reads on XPU
   (``has_fp64``, which ``xpu_has_xmx_support`` takes for XMX; ``torch.cuda`` stays unavailable, so
   SGLang's platform discovery picks its ``XpuSRTPlatform``).
@@ -28,6 +31,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from workbench.engines.sandbox.standins import StandInModule
 from workbench.engines.store.gpus import Gpu
 
 
@@ -163,7 +167,7 @@ def install(gpu: Gpu) -> Path:
     elif gpu.platform == "xpu":
         _device_module(gpu, torch.xpu)  # torch.cuda stays unavailable: the engine finds an XPU only
     elif gpu.platform == "npu":
-        npu = types.ModuleType("torch.npu")
+        npu = StandInModule("torch.npu")  # what torch_npu adds beyond the questions: stand-ins
         _device_module(gpu, npu)
         torch.npu = npu  # type: ignore[attr-defined]
         sys.modules["torch.npu"] = npu

@@ -18,6 +18,7 @@ import ast
 import importlib
 import importlib.abc
 import importlib.machinery
+import re
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 # Top-level modules that are accelerator libraries or heavy optional stacks: never importable on
-# a plain CPU machine, so they are always stood in rather than searched for.
-ALWAYS_STAND_IN = ("torch_npu", "sgl_kernel", "sgl_kernel_npu", "flashinfer", "aiter", "vllm", "torchvision",
+# a plain CPU machine, so they are always stood in rather than searched for. ``torchair`` (Ascend's
+# graph compiler): releases up to 0.5.10 build a ``torch.compile`` backend from it at import where
+# ``torch.npu`` is available (``get_compiler_backend``), which on the stand-in NPU it is.
+ALWAYS_STAND_IN = ("torch_npu", "torchair", "sgl_kernel", "sgl_kernel_npu", "flashinfer", "aiter", "vllm", "torchvision",
                    "deep_gemm", "flash_mla", "flash_attn", "cuda", "cutlass",
                    "nvidia", "mooncake", "triton_kernels", "tilelang", "xgrammar", "outlines",
                    "zmq",
@@ -286,3 +289,32 @@ def install(package_dir: Path, deps: Path, extra_paths: Sequence[Path] = (), rea
     finder = StandInFinder(names | set(visible), package_dir, visible)
     sys.meta_path.insert(0, finder)
     return finder
+
+
+# ---- a stand-in named in a message -------------------------------------------------------------------
+
+# The marks a stand-in leaves in any text made of it: its class's module (``standin``: the repr
+# ``<standin.vllm.AQLMConfig object at 0x...>``), the stand-ins' class names (``StandInCalled``,
+# ``RunnerStandIn``), this module's name (``standins``) and the words of their own errors ("is a
+# stand-in"). "standin" only as a word of its own: "outstanding" is not a stand-in.
+_STAND_IN_MARK = re.compile(r"(?<![A-Za-z])standins?(?![a-z])|StandIn|[Ss]tand-in")
+
+
+def names_stand_in(text: str) -> bool:
+    """True when ``text`` names a stand-in: whatever it says came out of a library or device this
+    machine does not have, not out of the engine's reading of a command."""
+    return _STAND_IN_MARK.search(text) is not None
+
+
+def stand_in_named(error: BaseException) -> str | None:
+    """The first text of ``error`` naming a stand-in (its type's name, its message, the repr of what
+    it carries, then the same of the exceptions it was raised from or while handling), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for text in (type(current).__name__, str(current), *(repr(arg) for arg in current.args)):
+            if names_stand_in(text):
+                return text
+        current = current.__cause__ or current.__context__
+    return None

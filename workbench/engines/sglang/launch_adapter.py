@@ -39,8 +39,10 @@ from workbench.engines.commands.adapter_common import (
     one_line,
     parser_error,
     recorded_renames,
+    refusal_naming_stand_in,
     refusal_text,
     short_path,
+    stand_in_stop,
     traced_setattr,
     unknown_model_type,
 )
@@ -227,6 +229,10 @@ class SGLangAdapter(LaunchAdapter):
     # ---- once per request (a forked child) -------------------------------------------------------
 
     def resolve(self, request: LaunchRequest) -> Resolution:
+        # a refusal that names a stand-in is not the engine's answer (adapter_common.stand_in_stop)
+        return refusal_naming_stand_in(self._resolve(request))
+
+    def _resolve(self, request: LaunchRequest) -> Resolution:
         if self.server_args is None:
             return Resolution(request.engine, UNLOADABLE, f"{request.engine}'s parser cannot be loaded on a CPU: "
                                                           f"{self.load_failure}")
@@ -398,6 +404,9 @@ class SGLangAdapter(LaunchAdapter):
                               flags=tuple(flags), seconds=times)
         frame = engine_frame(error, self.package_dir)
         where = f"{frame.name} ({short_path(frame.filename, self.package_dir)}:{frame.lineno})" if frame else "?"
+        gap = stand_in_stop(error, request.engine, where)
+        if gap is not None:
+            return Resolution(request.engine, UNDECIDED, gap, flags=tuple(flags), seconds=times)
         unknown = unknown_model_type(error)
         if unknown is not None:
             return Resolution(request.engine, UNDECIDED, f"--model-path {model.name}: {unknown} ({where})",
