@@ -28,6 +28,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
@@ -43,6 +44,7 @@ from workbench.atlas import pooled as pooled_atlas
 from workbench.atlas import reqtable as reqtable_atlas
 from workbench.atlas.releases import content_key, default_versions, distinct, shared_rows, sharing
 from workbench.backends.base import TableBackend
+from workbench.backends.case_backend import CaseBackend
 from workbench.devices.device import one_torch_thread
 from workbench.engines.store.startup_section import recipe_key, refusal, row_refusal
 from workbench.engines.store.versions import EngineVersion, load_versions
@@ -296,7 +298,7 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
                     found = backend.boundary(case, device)
                     first, failing, reachable = found.first_failing, found.failing, high
                 else:
-                    value = int(getattr(case, backend.scan_field))
+                    value = scanned_value(backend, case)
                     first, failing, reachable = (value, own, value) if own.outcome.failed else (None, None, value)
                 margin = None if first is None else first - reachable - 1
                 status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
@@ -311,6 +313,17 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
                     "case": json.dumps(data, sort_keys=True),  # what ``confirm_by_walk`` runs again
                 })
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
+
+
+def scanned_value(backend: CaseBackend[Any], case: object) -> int:
+    """The value of the case's ``scan_field`` that ``backend.at`` varies: the field itself, or where
+    the field holds one value per row (the GDN state's ``accepted``), its last row's; checked by
+    setting it back (``at`` gives the same case)."""
+    field = getattr(case, backend.scan_field)
+    value = int(field[-1]) if isinstance(field, (tuple, list)) else int(field)
+    if backend.at(case, value) != case:
+        raise ValueError(f"{backend.name}: {backend.scan_field} {field!r} is not one value that the scan sets")
+    return value
 
 
 def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
