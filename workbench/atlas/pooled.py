@@ -18,9 +18,9 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis.memory import ModelPreset
-from workbench.analysis.reach import default_reach
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
+from workbench.atlas.reaches import Reaches
 from workbench.backends.pooled import PooledBackend, PooledBuffer
 from workbench.engines.store.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
@@ -67,12 +67,13 @@ def configurations(versions: Sequence[EngineVersion], settings: Sequence[tuple[M
     return sorted(out, key=lambda c: c.buffer.graph_bytes(c.geometry, c.rule))
 
 
-def row(config: PooledConfig, overshoot: int | None) -> dict[str, object]:
-    """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's."""
+def row(config: PooledConfig, overshoot: int | None, reaches: Reaches | None = None) -> dict[str, object]:
+    """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's; ``reaches``:
+    the atlas's reaches kept (at the same ``overshoot``), else computed here."""
     g, buffer = config.geometry, config.buffer
     first = buffer.first_failure(g, config.rule)
-    where = default_reach(config.engine, g, buffer.mode, 0, overshoot=overshoot,
-                          algorithm="NGRAM" if not g.draft_has_kv else None)
+    memo = reaches if reaches is not None and reaches.overshoot == overshoot else Reaches(overshoot)
+    where = memo.at(config.engine, g, buffer.mode, 0, "NGRAM" if not g.draft_has_kv else None)
     reachable = min(where.largest_committed, where.table_bound)  # a batch walk stops at the table's bound
     margin = margin_of(first, reachable)
     status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
