@@ -20,6 +20,7 @@ from workbench.analysis.memory import load_presets
 from workbench.analysis.reach import default_reach
 from workbench.atlas import boundaries, reaches, rows
 from workbench.engines.store import learned
+from workbench.engines.store.versions import load_versions
 from workbench.model.cases import TableCase
 from workbench.model.geometry import Mode, ServingGeometry
 
@@ -46,7 +47,7 @@ def _plain_execute(cases: list[TableCase], device: str, confirm: bool = False) -
 
 def test_the_fast_atlas_gives_the_plain_computations_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    presets = _presets()
+    presets = _presets()[:1]  # the plain computation reads every rule afresh for every row: minutes otherwise
     fast = rows.run_atlas(ENGINES, presets=presets, executor=SERIAL)
     fast_summary = rows.summarize(fast)
     monkeypatch.setenv("WORKBENCH_RESULT_CACHE", "0")  # nothing kept: every state executed both sides
@@ -76,8 +77,10 @@ def _started_cases(engine: str, presets: list[Any]) -> set[TableCase]:
     return {c.case for c in rows.configurations([engine], presets, with_refused=True) if c.started_by}
 
 
-def test_a_changed_release_executes_only_its_new_states(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_changed_release_executes_only_its_new_states(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        request: pytest.FixtureRequest) -> None:
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    load_versions.cache_clear()
     presets = _presets()
     executed = _counting(monkeypatch)
     first = rows.run_atlas(ENGINES, presets=presets, executor=SERIAL)
@@ -97,6 +100,8 @@ def test_a_changed_release_executes_only_its_new_states(monkeypatch: pytest.Monk
     target = learned.shipped_path(changed, learned.cache_dir())
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(data))
+    load_versions.cache_clear()  # the versions are read once per process: read the changed file
+    request.addfinalizer(load_versions.cache_clear)  # and not kept past this test's cache folder
     new_states = _started_cases(changed, presets) - before
     assert new_states and all(c.component == "sglang-fa3-page-table" for c in new_states)
     third = rows.run_atlas(ENGINES, presets=presets, executor=SERIAL)
