@@ -388,11 +388,9 @@ def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
         refused = summary.status == REFUSED
         summary.loc[refused, "startup_refusal"] = [said[tuple(k)] for k in summary.loc[refused, keys].to_numpy()]
     summary = pooled_atlas.confirmed_summary_rows(summary, device)
-    for index, r in summary.iterrows():  # the request table's worst setting, executed likewise
-        if backends.is_reservation_backend(str(r.backend)) and r.status != REFUSED:
-            for key, value in reqtable_atlas.confirm_boundary(r, device).items():
-                summary.loc[index, key] = value
-    return summary
+    reservation = {index: reqtable_atlas.confirm_boundary(r, device) for index, r in summary.iterrows()
+                   if backends.is_reservation_backend(str(r.backend)) and r.status != REFUSED}
+    return pooled_atlas.set_values(summary, reservation)  # the request table's worst setting, executed likewise
 
 
 def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
