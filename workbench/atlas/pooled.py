@@ -29,6 +29,10 @@ PAGE_SIZES = (1,)  # the flat buffers hold token slots; their backends' default 
 # Releases whose data give the pooled buffers the same rule, check and width generation share rows (atlas._module_rows)
 SHARED_BY = ("*pooled*", ("pooled", "width_gen"))
 WALK_LEAD = 8  # steps the lockstep batch runs before the length a row names
+# What ``confirm_boundary`` reads of a row (``_parts``, the first failing length and the batch): rows
+# equal in these execute the same steps
+EXECUTED_FROM = ("backend", "mode", "rule", "replay", "context_len", "page_size", "draft_tokens", "spec_steps",
+                 "spec_topk", "draft_has_kv", "max_bs", "width_gen", "first_failing_seq_len", "batch")
 
 
 @dataclass(frozen=True)
@@ -144,16 +148,16 @@ def confirm_by_batch_walk(row: pd.Series, device: str = "cpu", *, lead: int = WA
 
 
 def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
-    """The pooled rows of a summary with their boundaries executed (``confirm_boundary``)."""
-    from workbench.atlas.releases import content_key
-
+    """The pooled rows of a summary with their boundaries executed (``confirm_boundary``): once per
+    distinct execution (``EXECUTED_FROM``: what ``confirm_boundary`` reads of a row), whatever the
+    rows' releases, reaches or presets."""
     out = summary.copy()
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)
-    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one execution
+    done: dict[tuple[object, ...], dict[str, object]] = {}  # rows executing the same steps: one execution
     found: dict[object, dict[str, object]] = {}
     for index, r in summary.iterrows():
         if backends.is_pooled_backend(str(r.backend)) and r.status != "refused":  # a refused setting: nothing to run
-            key = content_key(r)
+            key = tuple(str(r[name]) for name in EXECUTED_FROM)
             done[key] = done.get(key) or confirm_boundary(r, device)
             found[index] = done[key]
     return set_values(out, found)
