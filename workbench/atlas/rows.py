@@ -178,7 +178,8 @@ def _rows(configs: Sequence[AtlasConfig], store: BoundaryStore,
     """One chunk's rows, each with the state it ran (None: refused): a started setting's with its
     case's boundary, under each release that starts it; a refused one's with the engine's message."""
     rows: list[tuple[dict[str, object], TableCase | None]] = [
-        (_row(replace(c, engine=engine), store[c.case].first_failing_seq_len, store[c.case].failing, reaches), c.case)
+        (_row(replace(c, engine=engine), store[c.case].first_failing_seq_len, store[c.case].failing,
+              reaches.overshoot, reaches), c.case)
         for c in configs if c.started_by for engine in c.started_by]
     return rows + [(refused_row(_setting_row(replace(c, engine=engine)), message), None)
                    for c in configs for engine, message in c.refused]
@@ -202,7 +203,10 @@ def refused_row(row: dict[str, object], message: str) -> dict[str, object]:
             "startup_refusal": message}
 
 
-def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, reaches: Reaches) -> dict[str, object]:
+def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None,
+         reaches: Reaches | None = None) -> dict[str, object]:
+    """A started setting's row; ``reaches``: the atlas's reaches kept (at the same ``overshoot``)."""
+    reaches = reaches if reaches is not None and reaches.overshoot == overshoot else Reaches(overshoot)
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
     algorithm = "NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None
