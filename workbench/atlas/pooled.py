@@ -11,16 +11,16 @@ one below, and ``confirm_by_batch_walk`` runs that batch in lockstep to the fail
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
 from workbench.analysis.memory import ModelPreset
-from workbench.analysis.reach import default_reach
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
+from workbench.atlas.reaches import Reaches
 from workbench.backends.pooled import PooledBackend, PooledBuffer
 from workbench.engines.store.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
@@ -29,6 +29,10 @@ PAGE_SIZES = (1,)  # the flat buffers hold token slots; their backends' default 
 # Releases whose data give the pooled buffers the same rule, check and width generation share rows (atlas._module_rows)
 SHARED_BY = ("*pooled*", ("pooled", "width_gen"))
 WALK_LEAD = 8  # steps the lockstep batch runs before the length a row names
+# What ``confirm_boundary`` reads of a row (``_parts``, the first failing length and the batch): rows
+# equal in these execute the same steps
+EXECUTED_FROM = ("backend", "mode", "rule", "replay", "context_len", "page_size", "draft_tokens", "spec_steps",
+                 "spec_topk", "draft_has_kv", "max_bs", "width_gen", "first_failing_seq_len", "batch")
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,13 @@ def configurations(versions: Sequence[EngineVersion], settings: Sequence[tuple[M
     return sorted(out, key=lambda c: c.buffer.graph_bytes(c.geometry, c.rule))
 
 
-def row(config: PooledConfig, overshoot: int | None) -> dict[str, object]:
-    """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's."""
+def row(config: PooledConfig, overshoot: int | None, reaches: Reaches | None = None) -> dict[str, object]:
+    """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's; ``reaches``:
+    the atlas's reaches kept (at the same ``overshoot``), else computed here."""
     g, buffer = config.geometry, config.buffer
     first = buffer.first_failure(g, config.rule)
-    where = default_reach(config.engine, g, buffer.mode, 0, overshoot=overshoot,
-                          algorithm="NGRAM" if not g.draft_has_kv else None)
+    memo = reaches if reaches is not None and reaches.overshoot == overshoot else Reaches(overshoot)
+    where = memo.at(config.engine, g, buffer.mode, 0, "NGRAM" if not g.draft_has_kv else None)
     reachable = min(where.largest_committed, where.table_bound)  # a batch walk stops at the table's bound
     margin = margin_of(first, reachable)
     status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")
@@ -143,16 +148,26 @@ def confirm_by_batch_walk(row: pd.Series, device: str = "cpu", *, lead: int = WA
 
 
 def confirmed_summary_rows(summary: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
-    """The pooled rows of a summary with their boundaries executed (``confirm_boundary``)."""
-    from workbench.atlas.releases import content_key
-
+    """The pooled rows of a summary with their boundaries executed (``confirm_boundary``): once per
+    distinct execution (``EXECUTED_FROM``: what ``confirm_boundary`` reads of a row), whatever the
+    rows' releases, reaches or presets."""
     out = summary.copy()
     out["boundary_confirmed"] = pd.Series([None] * len(out), index=out.index, dtype=object)
-    done: dict[str, dict[str, object]] = {}  # rows of releases with the same data: one execution
+    done: dict[tuple[object, ...], dict[str, object]] = {}  # rows executing the same steps: one execution
+    found: dict[object, dict[str, object]] = {}
     for index, r in summary.iterrows():
         if backends.is_pooled_backend(str(r.backend)) and r.status != "refused":  # a refused setting: nothing to run
-            key = content_key(r)
+            key = tuple(str(r[name]) for name in EXECUTED_FROM)
             done[key] = done.get(key) or confirm_boundary(r, device)
-            for name, value in done[key].items():
-                out.loc[index, name] = value
-    return out
+            found[index] = done[key]
+    return set_values(out, found)
+
+
+def set_values(frame: pd.DataFrame, values: Mapping[object, Mapping[str, object]]) -> pd.DataFrame:
+    """``frame`` with each row's ``values`` (by index) set, one column at a time: what setting them
+    cell by cell gives (``.loc``), without a pandas assignment per cell (seconds for the atlas's summary)."""
+    names = list(dict.fromkeys(name for row in values.values() for name in row))
+    for name in names:
+        rows = [index for index, row in values.items() if name in row]
+        frame.loc[rows, name] = pd.Series([values[i][name] for i in rows], index=rows, dtype=object)
+    return frame

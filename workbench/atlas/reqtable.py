@@ -25,6 +25,7 @@ from workbench.analysis.memory import ModelPreset
 from workbench.analysis.reach import Conditions, Reach, reservation_reach, rule_for, speculative_worker
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
+from workbench.atlas.reaches import Reaches
 from workbench.backends.sglang import req_to_token as rt
 from workbench.engines.store.versions import EngineVersion
 from workbench.model.geometry import ServingGeometry
@@ -70,10 +71,12 @@ def configurations(versions: Sequence[EngineVersion], settings: Sequence[tuple[M
     return out
 
 
-def where(engine: str, g: ServingGeometry, overshoot: int | None = None) -> Reach:
+def where(engine: str, g: ServingGeometry, overshoot: int | None = None, reaches: Reaches | None = None) -> Reach:
     """The reservation's reach at the release's defaults; where the default speculative worker is v1,
-    with the overlap that spec v2 turns on (the path exists only there)."""
-    rule = rule_for(engine).with_overshoot(overshoot)
+    with the overlap that spec v2 turns on (the path exists only there). ``reaches``: the atlas's
+    rules kept (at the same ``overshoot``), else read here."""
+    rule = reaches.rule(engine) if reaches is not None and reaches.overshoot == overshoot \
+        else rule_for(engine).with_overshoot(overshoot)
     algorithm = "EAGLE" if g.draft_has_kv else "NGRAM"
     facts = rule.scheduler
     if facts is not None and speculative_worker(facts, facts.overlap_default["speculative"]) != "v2":
@@ -82,11 +85,11 @@ def where(engine: str, g: ServingGeometry, overshoot: int | None = None) -> Reac
     return reservation_reach(rule, g, Conditions(algorithm=algorithm))
 
 
-def row(config: ReservationConfig, overshoot: int | None) -> dict[str, object]:
+def row(config: ReservationConfig, overshoot: int | None, reaches: Reaches | None = None) -> dict[str, object]:
     """One setting's row, in the table rows' columns (``atlas._row``) plus the batch's."""
     g = config.geometry
     first = rt.first_failure(g, config.rule)
-    at = where(config.engine, g, overshoot)
+    at = where(config.engine, g, overshoot, reaches)
     reachable = min(at.largest_committed, at.table_bound)
     margin = margin_of(first, reachable)
     status = "safe" if first is None else ("reachable" if reached(first, reachable) else "unreachable")

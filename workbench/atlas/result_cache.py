@@ -60,6 +60,18 @@ def inputs_digest() -> str:
     return digest.hexdigest()
 
 
+def code_digest() -> str:
+    """A digest of the package's own source and torch's version: what an executed step's outcome and
+    message rest on, beside the state it executes (``atlas.boundaries``)."""
+    import torch
+
+    digest = hashlib.sha256(f"torch {torch.__version__}".encode())
+    for path in _files(PACKAGE, (".py", ".json", ".tmpl")):
+        digest.update(f"\0{path.relative_to(PACKAGE).as_posix()}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
 def result_key(name: str, arguments: Mapping[str, Any]) -> str:
     """The key of ``name`` called with ``arguments`` (JSON-able) over the current inputs."""
     call = json.dumps({"name": name, "arguments": arguments}, sort_keys=True, default=str)
@@ -89,17 +101,18 @@ def cached_frames(name: str, arguments: Mapping[str, Any], compute: Callable[[],
         except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as err:
             note(f"{name}: the cached result {path} could not be read ({type(err).__name__}); computing it again")
     frames = compute()
-    _store(path, frames)
+    store_pickle(path, frames)
     note(f"{name}: computed in {time.perf_counter() - started:.1f} s and cached (key {key})")
     return frames
 
 
-def _store(path: Path, frames: dict[str, pd.DataFrame]) -> None:
+def store_pickle(path: Path, content: object) -> None:
+    """``content`` pickled to ``path`` through a temporary file and a rename: a reader never sees half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            pickle.dump(frames, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(content, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

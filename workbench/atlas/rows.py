@@ -24,26 +24,28 @@ release refuses every setting, a ``refused`` row carrying each distinct refusal.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
 from workbench import backends
-from workbench.analysis.boundary import fast_boundaries
 from workbench.analysis.executors import Executor, run_chunks
 from workbench.analysis.memory import ModelPreset, buffer_bytes, load_presets, min_safe_bytes
 from workbench.analysis.probe import table_case_problem
-from workbench.analysis.reach import default_reach
 from workbench.analysis.verdict_numbers import kv_budget_bytes, kv_share, reached
 from workbench.analysis.verdict_numbers import margin as margin_of
 from workbench.atlas import pooled as pooled_atlas
 from workbench.atlas import reqtable as reqtable_atlas
+from workbench.atlas.boundaries import BoundaryStore, Found, execute
+from workbench.atlas.reaches import Reaches
 from workbench.atlas.releases import content_key, default_versions, distinct, shared_rows, sharing
 from workbench.backends.base import TableBackend
-from workbench.devices.device import one_torch_thread
+from workbench.backends.case_backend import CaseBackend
 from workbench.engines.store.startup_section import recipe_key, refusal, row_refusal
 from workbench.engines.store.versions import EngineVersion, load_versions
 from workbench.model.cases import Replay, TableCase
@@ -52,7 +54,8 @@ from workbench.model.outcome import ProbeResult
 
 COMMON_CONTEXTS = (32768, 131072)  # --context-length settings run below a model's own
 DEFAULT_OVERSHOOT: int | None = None  # None: the scheduler's reach; an integer is a what-if (ctx - 1 + it)
-CHUNK = 100
+CHUNK = 100  # settings a chunk of rows holds (the rows' order follows it)
+CASE_CHUNK = 500  # distinct cases a worker computes at a time
 REFUSED = "refused"  # the release's start-up checks refuse the setting: no run, no boundary
 STATUS_ORDER = ("reachable", "unreachable", "safe", REFUSED)  # worst first; a refused setting is no run
 # What names a setting's row without running it: a refused setting's row holds these, its status and the message
@@ -134,6 +137,8 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
     versions = load_versions()
     chosen: list[EngineVersion] = [versions[e] for e in engines] if engines else default_versions()
     presets = list(presets) if presets is not None else load_presets()
+    # Each release's answer read once: ``refusal`` looks its learned file up on every call
+    refused = functools.lru_cache(maxsize=None)(refusal)
     out = []
     for backend in backends.table_backends():
         keys = ("rule", "replay", "width_gen", *backend.case_options)
@@ -143,7 +148,7 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
             for setting in settings(backend.page_sizes, str(fields.get("width_gen", "g1")), presets):
                 g = setting.geometry
                 # The releases that start this setting, and those whose own start-up checks refuse it
-                said = {e: refusal(e, backend.name, recipe_key(g), g.page_size) for e in sharers}
+                said = {e: refused(e, backend.name, recipe_key(g), g.page_size) for e in sharers}
                 starting = tuple(e for e, message in said.items() if message is None)
                 refusing = tuple((e, message) for e, message in said.items() if message is not None)
                 if not starting and not with_refused:
@@ -157,15 +162,26 @@ def configurations(engines: Sequence[str] | None = None, presets: Sequence[Model
     return out
 
 
-def _rows(configs: Sequence[AtlasConfig], overshoot: int | None, device: str) -> list[dict[str, object]]:
-    """One chunk's rows (a top-level function, so process pools can run it): a started setting's with
-    its boundary, a refused one's with the engine's message (nothing run for it)."""
-    started = [c for c in configs if c.started_by]
-    with one_torch_thread():
-        found = fast_boundaries([c.case for c in started], device=device)
-        rows = [_row(replace(c, engine=engine), f.first_failing_seq_len, f.failing, overshoot)
-                for c, f in zip(started, found) for engine in c.started_by]
-    return rows + [refused_row(_setting_row(replace(c, engine=engine)), message)
+def _execute(store: BoundaryStore, cases: Sequence[TableCase], device: str, executor: Executor,
+             confirm: bool = False) -> None:
+    """The boundaries of ``cases`` executed (``boundaries.execute``), in chunks on the executor's
+    cores, and kept in ``store``."""
+    args = [(cases[i : i + CASE_CHUNK], device, confirm) for i in range(0, len(cases), CASE_CHUNK)]
+    parts: dict[int, list[Found]] = {}
+    for index, found in run_chunks(execute, args, executor, device=device, num_configs=len(cases)):
+        parts[index] = found
+    store.add(cases, [f for i in sorted(parts) for f in parts[i]])
+
+
+def _rows(configs: Sequence[AtlasConfig], store: BoundaryStore,
+          reaches: Reaches) -> list[tuple[dict[str, object], TableCase | None]]:
+    """One chunk's rows, each with the state it ran (None: refused): a started setting's with its
+    case's boundary, under each release that starts it; a refused one's with the engine's message."""
+    rows: list[tuple[dict[str, object], TableCase | None]] = [
+        (_row(replace(c, engine=engine), store[c.case].first_failing_seq_len, store[c.case].failing,
+              reaches.overshoot, reaches), c.case)
+        for c in configs if c.started_by for engine in c.started_by]
+    return rows + [(refused_row(_setting_row(replace(c, engine=engine)), message), None)
                    for c in configs for engine, message in c.refused]
 
 
@@ -187,16 +203,20 @@ def refused_row(row: dict[str, object], message: str) -> dict[str, object]:
             "startup_refusal": message}
 
 
-def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None) -> dict[str, object]:
+def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, overshoot: int | None,
+         reaches: Reaches | None = None) -> dict[str, object]:
+    """A started setting's row; ``reaches``: the atlas's reaches kept (at the same ``overshoot``)."""
+    reaches = reaches if reaches is not None and reaches.overshoot == overshoot else Reaches(overshoot)
     case, g = config.case, config.case.geometry
     backend = backends.backend_of(case.component)
     algorithm = "NGRAM" if config.setting.recipe == "ngram-16" or not g.draft_has_kv else None
     # The row's own mode, as the preflight's rows take it (draft-extend: spec v2's s + D).
-    where = default_reach(config.engine, g, case.mode, case.step_id, overshoot=overshoot, algorithm=algorithm)
+    where = reaches.at(config.engine, g, case.mode, case.step_id, algorithm)
     # A serving run (``confirm_by_run``: verify steps) cannot be walked past the request table: the
     # row's reach stops at the table's bound in its mode and at a verify's W - D (plus the window a
     # draft-extend replay carries past the batch's committed length).
-    window = draft_extend_window(config.engine, g, overshoot, algorithm) if case.mode is Mode.DRAFT_EXTEND else 0
+    window = draft_extend_window(config.engine, g, reaches.overshoot, algorithm, reaches) \
+        if case.mode is Mode.DRAFT_EXTEND else 0
     walkable = g.max_committed_len(Mode.TARGET_VERIFY) + window if g.speculative else where.table_bound
     reachable = min(where.largest_committed, where.table_bound, walkable)
     margin = margin_of(first, reachable)
@@ -216,11 +236,13 @@ def _row(config: AtlasConfig, first: int | None, failing: ProbeResult | None, ov
 
 
 def draft_extend_window(engine: str, g: ServingGeometry, overshoot: int | None = None,
-                        algorithm: str | None = None) -> int:
+                        algorithm: str | None = None, reaches: Reaches | None = None) -> int:
     """Tokens a draft-extend step's lengths carry past its batch's committed length: the difference of
-    the two reaches (``default_reach``), D under spec v2, none under v1's accepted-only extend."""
-    extend = default_reach(engine, g, Mode.DRAFT_EXTEND, 0, overshoot=overshoot, algorithm=algorithm)
-    verify = default_reach(engine, g, Mode.TARGET_VERIFY, 0, overshoot=overshoot, algorithm=algorithm)
+    the two reaches (``default_reach``; ``reaches``, at the same overshoot, where one is kept), D
+    under spec v2, none under v1's accepted-only extend."""
+    memo = reaches if reaches is not None and reaches.overshoot == overshoot else Reaches(overshoot)
+    extend = memo.at(engine, g, Mode.DRAFT_EXTEND, 0, algorithm)
+    verify = memo.at(engine, g, Mode.TARGET_VERIFY, 0, algorithm)
     return max(0, min(g.draft_tokens, extend.largest_committed - verify.largest_committed))
 
 
@@ -242,23 +264,46 @@ def run_atlas(engines: Sequence[str] | None = None, *, overshoot: int | None = D
         if engine not in versions:
             raise ValueError(f"engine: {engine!r} is not a modelled version (allowed: {', '.join(versions)})")
     configs = configurations(engines, presets, with_refused=True)
-    args = [(configs[i : i + CHUNK], overshoot, device) for i in range(0, len(configs), CHUNK)]
-    parts: dict[int, list[dict[str, object]]] = {}
-    for index, rows in run_chunks(_rows, args, executor or Executor(), device=device, num_configs=len(configs)):
-        parts[index] = rows
+    # Settings of different presets or recipes can be the same table state: each distinct case is
+    # computed and executed once (in chunks, on the executor's cores), its boundary shared by their rows.
+    cases = list(dict.fromkeys(c.case for c in configs if c.started_by))
+    store = BoundaryStore(device)
+    executor = executor or Executor()
+    _execute(store, store.missing(cases), device, executor)
+    reaches = Reaches(overshoot)
+    # Rows in the order they always came in: chunk by chunk of settings, each chunk's started rows
+    # before its refused ones, then every release's together (a stable sort)
+    chunks = [_rows(configs[i : i + CHUNK], store, reaches) for i in range(0, len(configs), CHUNK)]
     chosen = [versions[e] for e in engines] if engines else default_versions()
     order = {v.engine: i for i, v in enumerate(chosen)}
-    rows = sorted((row for i in sorted(parts) for row in parts[i]), key=lambda r: order.get(str(r["engine"]), len(order)))
+    pairs = sorted((pair for part in chunks for pair in part), key=lambda p: order.get(str(p[0]["engine"]), len(order)))
+    # The states of the rows the summary shows (``summarize``'s worst): the step on the other side of
+    # each boundary executed too, so what the summary says is confirmed on both sides
+    shown = _worst(pd.DataFrame({k: [r[k] for r, _ in pairs] for k in ("backend", "engine", "mode", "status")})
+                   .assign(margin=pd.array([r.get("margin") for r, _ in pairs], dtype="Int64")))
+    summary_cases = list(dict.fromkeys(case for i in shown.index if (case := pairs[i][1]) is not None))
+    _execute(store, store.missing(summary_cases, confirmed=True), device, executor, confirm=True)
+    store.save()
+    rows = [r for r, _ in pairs]
     # a pooled buffer's setting the release refuses at start-up: its row says so, as the table rows do
-    rows += [refused_row(r, message) if (message := row_refusal(r)) else r
-             for r in _module_rows(pooled_atlas, chosen, presets, overshoot)]
-    rows += _module_rows(reqtable_atlas, chosen, presets, overshoot)
+    said: dict[tuple[object, ...], str | None] = {}  # each setting's refusal read once (``row_refusal``)
+
+    def refused(r: dict[str, object]) -> str | None:
+        key = tuple(r[k] for k in ("engine", "backend", "draft_tokens", "spec_steps", "spec_topk", "draft_has_kv",
+                                   "page_size"))
+        if key not in said:
+            said[key] = row_refusal(r)
+        return said[key]
+
+    rows += [refused_row(r, message) if (message := refused(r)) else r
+             for r in _module_rows(pooled_atlas, chosen, presets, reaches)]
+    rows += _module_rows(reqtable_atlas, chosen, presets, reaches)
     frame = pd.DataFrame(rows)
     return frame.astype({column: "Int64" for column in INTEGER_COLUMNS if column in frame})
 
 
 def _module_rows(module: ModuleType, chosen: Sequence[EngineVersion], presets: Sequence[ModelPreset] | None,
-                 overshoot: int | None) -> list[dict[str, object]]:
+                 reaches: Reaches) -> list[dict[str, object]]:
     """The rows of an atlas module that builds its own (``pooled_atlas``: the flat buffers pooled across a
     batch; ``reqtable_atlas``: the request table written by the speculative reservation), every version,
     at the module's page sizes. A module that names ``SHARED_BY`` (its data key and fields) is run once
@@ -269,7 +314,7 @@ def _module_rows(module: ModuleType, chosen: Sequence[EngineVersion], presets: S
     for version in distinct(chosen, *shared) if shared else chosen:
         grid = settings(module.PAGE_SIZES, str(version.common.get("width_gen", "g1")), presets)
         for config in module.configurations([version], [(s.preset, s.recipe, s.geometry) for s in grid]):
-            rows.append(module.row(config, overshoot))
+            rows.append(module.row(config, reaches.overshoot, reaches))
     return shared_rows(rows, chosen, shared[1], component=shared[0]) if shared else rows
 
 
@@ -296,7 +341,7 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
                     found = backend.boundary(case, device)
                     first, failing, reachable = found.first_failing, found.failing, high
                 else:
-                    value = int(getattr(case, backend.scan_field))
+                    value = scanned_value(backend, case)
                     first, failing, reachable = (value, own, value) if own.outcome.failed else (None, None, value)
                 margin = None if first is None else first - reachable - 1
                 status = "safe" if first is None else ("reachable" if first <= reachable else "unreachable")
@@ -313,16 +358,32 @@ def case_backend_rows(device: str = "cpu") -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"first_failing_seq_len": "Int64", "margin": "Int64"})
 
 
+def scanned_value(backend: CaseBackend[Any], case: object) -> int:
+    """The value of the case's ``scan_field`` that ``backend.at`` varies: the field itself, or where
+    the field holds one value per row (the GDN state's ``accepted``), its last row's; checked by
+    setting it back (``at`` gives the same case)."""
+    field = getattr(case, backend.scan_field)
+    value = int(field[-1]) if isinstance(field, (tuple, list)) else int(field)
+    if backend.at(case, value) != case:
+        raise ValueError(f"{backend.name}: {backend.scan_field} {field!r} is not one value that the scan sets")
+    return value
+
+
+def _worst(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each backend, version and mode's worst row (``summarize``), at its index in ``frame``."""
+    rank = frame.status.map({s: i for i, s in enumerate(STATUS_ORDER)})
+    ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"], kind="stable")
+    return ordered.groupby(["backend", "engine", "mode"], sort=False).head(1).drop(columns=["_rank", "_margin"])
+
+
 def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
     """One row per backend, version and mode: its worst setting (reachable before unreachable before
     safe; the smallest margin among equals; a refused setting only where the release refuses every
     one, its ``startup_refusal`` then each distinct message, one a line), with the count of settings
     of each status. A pooled buffer's worst setting is executed here (its other settings have the
     closed form only)."""
-    rank = frame.status.map({s: i for i, s in enumerate(STATUS_ORDER)})
-    ordered = frame.assign(_rank=rank, _margin=frame.margin.fillna(1 << 40)).sort_values(["_rank", "_margin"], kind="stable")
     keys = ["backend", "engine", "mode"]
-    worst = ordered.groupby(keys, sort=False).head(1).drop(columns=["_rank", "_margin"])
+    worst = _worst(frame)
     counts = frame.groupby(keys).status.value_counts().unstack(fill_value=0)
     counts = counts.reindex(columns=list(STATUS_ORDER), fill_value=0).add_prefix("settings_").reset_index()
     summary = worst.merge(counts, on=keys).sort_values(keys).reset_index(drop=True)
@@ -331,11 +392,9 @@ def summarize(frame: pd.DataFrame, device: str = "cpu") -> pd.DataFrame:
         refused = summary.status == REFUSED
         summary.loc[refused, "startup_refusal"] = [said[tuple(k)] for k in summary.loc[refused, keys].to_numpy()]
     summary = pooled_atlas.confirmed_summary_rows(summary, device)
-    for index, r in summary.iterrows():  # the request table's worst setting, executed likewise
-        if backends.is_reservation_backend(str(r.backend)) and r.status != REFUSED:
-            for key, value in reqtable_atlas.confirm_boundary(r, device).items():
-                summary.loc[index, key] = value
-    return summary
+    reservation = {index: reqtable_atlas.confirm_boundary(r, device) for index, r in summary.iterrows()
+                   if backends.is_reservation_backend(str(r.backend)) and r.status != REFUSED}
+    return pooled_atlas.set_values(summary, reservation)  # the request table's worst setting, executed likewise
 
 
 def confirm_by_run(row: pd.Series, *, lead: int = 16) -> dict[str, object]:
