@@ -69,7 +69,7 @@ def test_bad_lines_are_invalid_and_the_rest_still_run() -> None:
                                    "sglang-fa3-page-table, sglang-xpu-page-table, sglang-trtllm-mha-page-table, "
                                    "sglang-flashmla-page-table, sglang-trtllm-mla-page-table, sglang-aiter-page-table, "
                                    "allocator, vllm-indexer-block-table, vllm-v0-graph-block-tables, vllm-v1-block-table, "
-                                   "vllm-v1-waiting-pad, vllm-ascend-block-table")
+                                   "vllm-v1-waiting-pad, vllm-ascend-block-table, vllm-gdn-state-indices")
     assert results[3]["error"] == "page_size: 0 is out of range (allowed: 1 or more)"
 
 

@@ -210,8 +210,8 @@ def test_an_sglang_hybrid_launch_is_not_safe_about_its_state_layers(engine: str,
     if wheels.cached(engine) is None:
         pytest.skip(f"{engine} is not in {wheels.cache_root()}")
     monkeypatch.setenv("HF_HUB_CACHE", str(HF_CACHE))
-    hybrid = preflight.check("sglang serve --model-path Qwen/Qwen3.5-27B", engine=engine, progress=None)
-    assert hybrid.status == UNDECIDED and "linear-attention state (Qwen3_5TextConfig)" in hybrid.verdict
+    hybrid = preflight.check("sglang serve --model-path Qwen/Qwen3.5-397B-A17B --tp 8", engine=engine, progress=None)
+    assert hybrid.status == UNDECIDED and "linear-attention state (Qwen3_5MoeTextConfig)" in hybrid.verdict
     assert hybrid.deployment is not None and hybrid.deployment.settings["recurrent_state"].origin == "engine"
     plain = preflight.check("sglang serve --model-path Qwen/Qwen3-8B", engine=engine, progress=None)
     assert "linear-attention" not in plain.verdict and "recurrent_state" not in plain.deployment.settings  # type: ignore[union-attr]
