@@ -37,17 +37,22 @@ def _fetch_or_skip(engine: str) -> None:
         pytest.skip(str(error))
 
 
+STATES = 300
+
+
 @pytest.mark.engine
 def test_sglang_0_5_23_agrees_on_every_function() -> None:
     _fetch_or_skip(ENGINE)
-    rows = conformance.run_version(ENGINE, states=1000, triton=False)  # the interpreted kernels: slow test below
+    # 300 random states a function here (about a third of the old 1,000's time in CI); make releases runs
+    # 0.5.23 at 1,000 (workbench conformance --engine sglang==0.5.23 --states 1000)
+    rows = conformance.run_version(ENGINE, states=STATES, triton=False)  # the interpreted kernels: slow test below
     by_function = {row["function"]: row for row in rows}
     for function, row in by_function.items():
         if row["skipped"]:
             assert function in TRITON_ROWS, f"{function} skipped: {row['skipped']}"
             continue
         # the loop rows walk every accept sequence of a request: a tenth of the states (plus the named ones)
-        wanted = 100 if function.startswith("longest_step") else 1000
+        wanted = STATES // 10 if function.startswith("longest_step") else STATES
         assert row["states"] >= wanted, f"{function}: only {row['states']} states"
         assert row["agree"] == row["states"], f"{function}: {json.dumps(row['first_disagreement'])[:2000]}"
     assert len([r for r in rows if not r["skipped"]]) >= 16

@@ -42,6 +42,7 @@ def _probe(ray: str) -> list[dict[str, Any]]:
     return lines
 
 
+@pytest.mark.slow  # a real Ray cluster started beside the stand-in: about 5 minutes in CI (make test-slow)
 def test_the_stand_in_gives_the_executor_the_real_ray_gives() -> None:
     if wheels.cached(RELEASE) is None:
         pytest.skip(f"{RELEASE} is not in the workbench's engine cache (workbench engines fetch {RELEASE})")
